@@ -1,0 +1,1 @@
+"""Benchmarks: retrieval quality, latency and ingest cost, through the same code paths as the tools."""

@@ -1,0 +1,86 @@
+"""Settings, read from ``MNEMOPLAN_*`` environment variables (and ``ANTHROPIC_API_KEY``).
+
+Only the server's entry points build a ``Settings``; everything below them receives
+plain constructor arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """The per-user data directory: ``$XDG_DATA_HOME/mnemoplan`` or ``~/.local/share/mnemoplan``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "mnemoplan"
+
+
+class Settings(BaseSettings):
+    """Effective configuration. Every field can be set as ``MNEMOPLAN_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="MNEMOPLAN_", extra="ignore")
+
+    # Storage and identity
+    data_dir: Path = Field(default_factory=default_data_dir, description="Where all stores live.")
+    default_user_id: str = Field("default", description="User for calls that name none.")
+
+    # Limits
+    max_text_chars: int = Field(32_000, ge=1, description="Longest text one memory may hold.")
+    max_query_chars: int = Field(4_000, ge=1, description="Longest query.")
+    max_messages_per_call: int = Field(1_000, ge=1, description="Most messages one remember call may carry.")
+    max_forget_ids: int = Field(10_000, ge=1, description="Most ids one forget call may name.")
+    recall_default_limit: int = Field(10, ge=1, le=50)
+    recall_max_limit: int = Field(50, ge=1, le=200)
+    deep_max_results: int = Field(30, ge=1, le=100, description="Cap on deep_memory_search max_results.")
+
+    # Embeddings
+    embedding_model: str = Field(
+        "all-MiniLM-L6-v2",
+        description="'all-MiniLM-L6-v2' (bundled, offline), a local sentence-transformers path, "
+        "or 'hash' (a tiny deterministic embedder for plumbing tests).",
+    )
+    embedding_batch_size: int = Field(64, ge=1, le=1024)
+    embedding_threads: int = Field(0, ge=0, description="Torch threads; 0 keeps torch's default.")
+
+    # Recall
+    recall_token_budget: int = Field(1_200, ge=50, description="Token budget of recall's context string.")
+    recall_weights: dict[str, float] = Field(
+        default_factory=dict, description="Overrides of the fusion weights, e.g. {\"bm25\": 0.5}."
+    )
+    recency_half_life_days: float = Field(0.0, ge=0.0, description="0 disables the recency prior in recall.")
+    reranker_path: Path | None = Field(None, description="Local cross-encoder model directory for reranking.")
+
+    # LLM (optional)
+    anthropic_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("MNEMOPLAN_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
+    )
+    anthropic_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("MNEMOPLAN_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL")
+    )
+    llm_model: str = Field("claude-haiku-4-5", description="Model for extraction, planning and reranking.")
+    llm_timeout_s: float = Field(20.0, gt=0)
+    llm_rerank: bool = Field(True, description="Use the LLM to rerank deep search results when configured.")
+    llm_extraction_every: int = Field(10, ge=1, description="Extract facts every N turns of a session.")
+
+    # Server
+    transport: Literal["stdio", "http"] = "stdio"
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(8765, ge=1, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_file: Path | None = Field(None, description="Log here instead of stderr.")
+
+    def public_dict(self) -> dict[str, object]:
+        """The effective configuration with secrets masked, for ``mnemoplan config``."""
+        data = self.model_dump(mode="json")
+        data["anthropic_api_key"] = "set" if self.anthropic_api_key else None
+        return data
+
+    @property
+    def llm_enabled(self) -> bool:
+        """True when an Anthropic key is configured."""
+        return self.anthropic_api_key is not None

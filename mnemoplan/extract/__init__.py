@@ -1,0 +1,1 @@
+"""Deterministic text analysis shared by ingestion and query analysis: names and times."""

@@ -1,0 +1,96 @@
+"""Entity names: normalised keys, and deterministic extraction of the names a text mentions."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from mnemoplan.model import EntityMention
+
+_NON_ALNUM = re.compile(r"[^0-9a-z]+")
+
+# Capitalised words that are rarely names in conversation.
+_NOT_NAMES = frozenset(
+    """
+    i i'm i've i'll i'd im ive a an the and but or so if then than that this these those there here
+    hey hi hello yes yeah yep no nope ok okay oh wow aw aww awesome thanks thank great good nice cool sure
+    well hmm haha lol omg wait what when where who why how which do does did is are was were be been
+    my your his her our their its me you he she we they it us them mine yours
+    congrats congratulations sorry please love glad happy sounds that's it's what's you're we're they're
+    don't can't won't didn't isn't wasn't also just really totally absolutely definitely maybe
+    monday tuesday wednesday thursday friday saturday sunday
+    january february march april may june july august september october november december
+    today tomorrow yesterday tonight morning evening night week weekend month year
+    mr mrs ms dr
+    """.split()
+)
+_WORD = r"[A-Z][\w'’\-]*"
+_CAP_SEQ = re.compile(rf"\b{_WORD}(?:\s+(?:of|de|da|del|van|von|la|le|the)?\s*{_WORD})*")
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+|\n\s*|[\"“(]\s*)$")
+
+
+def entity_key(name: str) -> str:
+    """Normalise a name to its key: lowercase, accents folded, punctuation to '-'.
+
+    ``"José García"``, ``"jose garcia"`` and ``"José-García"`` share the key ``jose-garcia``.
+    """
+    folded = unicodedata.normalize("NFKD", name)
+    folded = "".join(ch for ch in folded if not unicodedata.combining(ch)).lower()
+    folded = folded.replace("’", "'").replace("'s", "")
+    return _NON_ALNUM.sub("-", folded).strip("-")
+
+
+def _clean(candidate: str) -> str:
+    words = candidate.split()
+    while words and words[0].lower().strip("'’") in _NOT_NAMES:
+        words = words[1:]
+    while words and words[-1].lower() in {"of", "de", "da", "del", "van", "von", "la", "le", "the"}:
+        words = words[:-1]
+    name = " ".join(words)
+    return re.sub(r"['’]s$", "", name)
+
+
+def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """Names a text mentions: (key, surface form), each key once, in order.
+
+    Capitalised word runs count unless they are common words; a run that opens a
+    sentence counts only if it is a known name or has several words. Known names
+    (keys of the user's entities) are found whatever their case.
+    """
+    found: dict[str, str] = {}
+    known_keys = set(known)
+    for match in _CAP_SEQ.finditer(text):
+        name = _clean(match.group(0))
+        if not name or len(name) < 2:
+            continue
+        key = entity_key(name)
+        if not key or key in _NOT_NAMES:
+            continue
+        at_start = bool(_SENTENCE_START.search(text[: match.start()]))
+        if at_start and name == match.group(0) and " " not in name and key not in known_keys:
+            continue
+        found.setdefault(key, name)
+    if known_keys:
+        lowered = entity_key(text)
+        padded = f"-{lowered}-"
+        for key in known_keys:
+            if key not in found and len(key) > 2 and f"-{key}-" in padded:
+                found[key] = key.replace("-", " ")
+    return list(found.items())
+
+
+def mentions_for(text: str, speaker: str, known: Iterable[str] = ()) -> list[EntityMention]:
+    """The entity mentions of one record: its speaker, then the names in its text."""
+    out: list[EntityMention] = []
+    seen: set[str] = set()
+    if speaker:
+        key = entity_key(speaker)
+        if key:
+            out.append(EntityMention(key=key, name=speaker, type="person", role="speaker"))
+            seen.add(key)
+    for key, name in extract_names(text, known):
+        if key not in seen:
+            out.append(EntityMention(key=key, name=name, role="mention"))
+            seen.add(key)
+    return out

@@ -1,0 +1,87 @@
+"""What every searchable index is to the planner: a descriptor and a ``search`` method."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from mnemoplan.model import IndexDescriptor, QueryAnalysis
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One record an index found, with its raw score and, where it has one, a reason."""
+
+    id: str
+    score: float
+    index: str = ""
+    detail: str = ""
+
+
+class LazyVector:
+    """The query's embedding, computed once, on first use, by whichever step needs it first."""
+
+    def __init__(self, embed: Callable[[str], np.ndarray]) -> None:
+        self._embed = embed
+        self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> np.ndarray:
+        with self._lock:
+            vector = self._cache.get(text)
+            if vector is None:
+                vector = self._cache[text] = self._embed(text)
+            return vector
+
+
+@dataclass
+class SearchRequest:
+    """Everything one plan step gives its index."""
+
+    user_id: str
+    query: str
+    params: dict[str, Any]
+    vector: LazyVector
+    analysis: QueryAnalysis | None = None
+    project_id: str = ""
+    after: datetime | None = None
+    before: datetime | None = None
+    upstream: list[Hit] = field(default_factory=list)
+
+
+class SearchIndex(ABC):
+    """An index the planner can query. Subclasses set ``descriptor`` and implement ``search``."""
+
+    descriptor: IndexDescriptor
+
+    @property
+    def name(self) -> str:
+        """The index's registered name."""
+        return self.descriptor.name
+
+    def available(self, user_id: str) -> bool:
+        """False when the index has nothing for this user."""
+        return True
+
+    def describe(self, user_id: str) -> IndexDescriptor:
+        """The descriptor, with ``available`` for this user."""
+        return self.descriptor.model_copy(update={"available": self.available(user_id)})
+
+    def param(self, req: SearchRequest, name: str) -> Any:
+        """A parameter's value: from the step, else the descriptor's default."""
+        if name in req.params:
+            return req.params[name]
+        for spec in self.descriptor.query_params:
+            if spec.name == name:
+                return spec.default
+        raise KeyError(name)
+
+    @abstractmethod
+    def search(self, req: SearchRequest) -> list[Hit]:
+        """Run one query; hits best first."""

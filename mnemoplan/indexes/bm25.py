@@ -1,0 +1,271 @@
+"""BM25 overlay in Tantivy: one small index per user. The only module that imports tantivy.
+
+One index per user keeps isolation structural (a query can only see its user's
+directory; the ``user_id`` term is required as well, as a second fence) and makes
+forgetting real: Tantivy cannot be told to merge segments from Python, so deleting a
+user removes the directory, and deleting some records rebuilds that user's index
+from the log into a fresh directory that replaces the old one.
+
+Queries are never parsed: the text goes through the same analyzer as the documents
+and becomes a disjunction of term queries, so ``"``, ``:``, ``AND``, ``*`` or
+``user_id:x`` in a question are just words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
+
+log = logging.getLogger(__name__)
+
+_ANALYZER_NAME = "mnemo_en"
+_WRITER_HEAP = 32_000_000
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        TextAnalyzerBuilder(Tokenizer.simple())
+        .filter(Filter.remove_long(40))
+        .filter(Filter.lowercase())
+        .filter(Filter.ascii_fold())
+        .filter(Filter.stopword("english"))
+        .filter(Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("user_id", tokenizer_name="raw")
+    builder.add_text_field("kind", tokenizer_name="raw")
+    builder.add_text_field("session", tokenizer_name="raw")
+    builder.add_text_field("project", tokenizer_name="raw")
+    builder.add_text_field("body", tokenizer_name=_ANALYZER_NAME, index_option="freq")
+    return builder.build()
+
+
+@dataclass(frozen=True)
+class BM25Doc:
+    """What the BM25 overlay indexes for one record."""
+
+    id: str
+    user_id: str
+    body: str
+    kind: str = "message"
+    session_id: str = ""
+    project_id: str = ""
+
+
+class _UserIndex:
+    def __init__(self, path: Path, schema: tantivy.Schema) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.index = tantivy.Index(schema, path=str(path), reuse=True)
+        self.index.register_tokenizer(_ANALYZER_NAME, _analyzer())
+        self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        self.writer.wait_merging_threads()
+
+
+class BM25Index:
+    """Per-user Tantivy indexes under ``root``.
+
+    Args:
+        root: Directory holding one sub-directory per user.
+        max_open: Indexes kept open at once (each holds a writer).
+    """
+
+    def __init__(self, root: Path, *, max_open: int = 16) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._schema = _schema()
+        self._analyzer = _analyzer()
+        self._open: OrderedDict[str, _UserIndex] = OrderedDict()
+        self._max_open = max_open
+        self._lock = threading.RLock()
+        self._recover_swaps()
+
+    # -- paths and handles -------------------------------------------------------------
+
+    def _dir(self, user_id: str) -> Path:
+        return self.root / hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
+
+    def _recover_swaps(self) -> None:
+        """Finish or undo a rebuild that a crash interrupted."""
+        for path in self.root.glob("*.new"):
+            target = path.with_suffix("")
+            if target.exists():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.rename(target)
+        for path in self.root.glob("*.old"):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _handle(self, user_id: str, create: bool) -> _UserIndex | None:
+        with self._lock:
+            handle = self._open.get(user_id)
+            if handle is not None:
+                self._open.move_to_end(user_id)
+                return handle
+            path = self._dir(user_id)
+            if not create and not path.exists():
+                return None
+            handle = _UserIndex(path, self._schema)
+            self._open[user_id] = handle
+            while len(self._open) > self._max_open:
+                _, old = self._open.popitem(last=False)
+                old.close()
+            return handle
+
+    def _close_user(self, user_id: str) -> None:
+        with self._lock:
+            handle = self._open.pop(user_id, None)
+        if handle is not None:
+            with handle.lock:
+                handle.close()
+
+    # -- writes ------------------------------------------------------------------------
+
+    def _document(self, doc: BM25Doc) -> tantivy.Document:
+        return tantivy.Document(
+            id=doc.id,
+            user_id=doc.user_id,
+            kind=doc.kind,
+            session=doc.session_id,
+            project=doc.project_id,
+            body=doc.body,
+        )
+
+    def add(self, docs: list[BM25Doc]) -> None:
+        """Index documents (replacing any with the same id), then make them searchable."""
+        by_user: dict[str, list[BM25Doc]] = {}
+        for doc in docs:
+            by_user.setdefault(doc.user_id, []).append(doc)
+        for user_id, user_docs in by_user.items():
+            handle = self._handle(user_id, create=True)
+            assert handle is not None
+            with handle.lock:
+                for doc in user_docs:
+                    handle.writer.delete_documents_by_term("id", doc.id)
+                    handle.writer.add_document(self._document(doc))
+                handle.writer.commit()
+                handle.index.reload()
+
+    def delete(self, user_id: str, ids: list[str]) -> int:
+        """Delete documents by id (soft: segments keep the bytes until ``rebuild``)."""
+        handle = self._handle(user_id, create=False)
+        if handle is None or not ids:
+            return 0
+        with handle.lock:
+            searcher = handle.index.searcher()
+            present = sum(searcher.doc_freq("id", rid) for rid in ids)
+            for rid in ids:
+                handle.writer.delete_documents_by_term("id", rid)
+            handle.writer.commit()
+            handle.index.reload()
+        return present
+
+    def drop_user(self, user_id: str) -> None:
+        """Remove a user's index directory entirely."""
+        self._close_user(user_id)
+        shutil.rmtree(self._dir(user_id), ignore_errors=True)
+
+    def rebuild(self, user_id: str, docs: Iterable[BM25Doc]) -> int:
+        """Replace a user's index with a fresh one holding exactly ``docs``.
+
+        The new index is written beside the old one and swapped in, so a crash leaves
+        either the old or the new index, never a mix.
+        """
+        target = self._dir(user_id)
+        fresh = target.with_name(target.name + ".new")
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir(parents=True)
+        index = tantivy.Index(self._schema, path=str(fresh), reuse=False)
+        index.register_tokenizer(_ANALYZER_NAME, _analyzer())
+        writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        count = 0
+        for doc in docs:
+            writer.add_document(self._document(doc))
+            count += 1
+        writer.commit()
+        writer.wait_merging_threads()
+        del writer, index
+        self._close_user(user_id)
+        old = target.with_name(target.name + ".old")
+        if target.exists():
+            target.rename(old)
+        fresh.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+        if count == 0:
+            shutil.rmtree(target, ignore_errors=True)
+        return count
+
+    def ids(self, user_id: str) -> set[str]:
+        """Every record id indexed for a user (for repair checks)."""
+        handle = self._handle(user_id, create=False)
+        if handle is None:
+            return set()
+        searcher = handle.index.searcher()
+        if searcher.num_docs == 0:
+            return set()
+        hits = searcher.search(Query.all_query(), limit=searcher.num_docs, count=False).hits
+        return {searcher.doc(addr)["id"][0] for _, addr in hits}
+
+    def close(self) -> None:
+        """Finish merges and release every writer."""
+        with self._lock:
+            users = list(self._open)
+        for user_id in users:
+            self._close_user(user_id)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def terms(self, text: str) -> list[str]:
+        """The distinct index terms of a text, in order (stemmed, stop words removed)."""
+        seen: dict[str, None] = {}
+        for term in self._analyzer.analyze(text):
+            seen.setdefault(term, None)
+        return list(seen)
+
+    def search(
+        self,
+        user_id: str,
+        text: str,
+        k: int,
+        *,
+        kinds: list[str] | None = None,
+        session_id: str | None = None,
+        project_id: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """BM25 search over one user's documents; (record id, score), best first."""
+        handle = self._handle(user_id, create=False)
+        terms = self.terms(text)
+        if handle is None or not terms or k <= 0:
+            return []
+        schema = self._schema
+        should = [(Occur.Should, Query.term_query(schema, "body", t, index_option="freq")) for t in terms]
+        must: list[tuple[Occur, Query]] = [
+            (Occur.Must, Query.const_score_query(Query.term_query(schema, "user_id", user_id), 0.0)),
+            (Occur.Must, Query.boolean_query(should)),
+        ]
+        if kinds:
+            kind_q = Query.boolean_query([(Occur.Should, Query.term_query(schema, "kind", kd)) for kd in kinds])
+            must.append((Occur.Must, Query.const_score_query(kind_q, 0.0)))
+        if session_id:
+            must.append((Occur.Must, Query.const_score_query(Query.term_query(schema, "session", session_id), 0.0)))
+        if project_id:
+            must.append((Occur.Must, Query.const_score_query(Query.term_query(schema, "project", project_id), 0.0)))
+        searcher = handle.index.searcher()
+        hits = searcher.search(Query.boolean_query(must), limit=k, count=False).hits
+        return [(searcher.doc(addr)["id"][0], float(score)) for score, addr in hits]

@@ -1,0 +1,96 @@
+"""Per-user entity catalog: names, aliases and types, derived from the log.
+
+Entities live in the records that mention them (``Record.entities``), so the
+catalog holds no data of its own: it is rebuilt from the log on first use and kept
+current as records are added. Forgetting invalidates it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from mnemoplan.model import EntityMention
+
+
+@dataclass
+class EntityInfo:
+    """What a user's memory knows of one entity."""
+
+    key: str
+    surfaces: Counter[str] = field(default_factory=Counter)
+    types: Counter[str] = field(default_factory=Counter)
+    mentions: int = 0
+    spoke: int = 0
+
+    @property
+    def name(self) -> str:
+        """The most frequent way the entity is written."""
+        return self.surfaces.most_common(1)[0][0] if self.surfaces else self.key
+
+    @property
+    def type(self) -> str:
+        """The most frequent type given to the entity."""
+        return self.types.most_common(1)[0][0] if self.types else ""
+
+    @property
+    def aliases(self) -> list[str]:
+        """Every way the entity has been written."""
+        return list(self.surfaces)
+
+
+class EntityCatalog:
+    """Entities of one user, by key."""
+
+    def __init__(self) -> None:
+        self.entities: dict[str, EntityInfo] = {}
+        self.version = 0
+
+    def add(self, mentions: Iterable[EntityMention]) -> None:
+        """Count the mentions of one record."""
+        for m in mentions:
+            info = self.entities.get(m.key)
+            if info is None:
+                info = self.entities[m.key] = EntityInfo(m.key)
+            info.surfaces[m.name] += 1
+            if m.type:
+                info.types[m.type] += 1
+            info.mentions += 1
+            if m.role == "speaker":
+                info.spoke += 1
+        self.version += 1
+
+
+class CatalogCache:
+    """Lazily built catalogs of every user, with a loader that reads the log."""
+
+    def __init__(self, loader: Callable[[str], Iterable[list[EntityMention]]]) -> None:
+        self._loader = loader
+        self._catalogs: dict[str, EntityCatalog] = {}
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str) -> EntityCatalog:
+        """The user's catalog, built from the log the first time."""
+        catalog = self._catalogs.get(user_id)
+        if catalog is not None:
+            return catalog
+        with self._lock:
+            catalog = self._catalogs.get(user_id)
+            if catalog is None:
+                catalog = EntityCatalog()
+                for mentions in self._loader(user_id):
+                    catalog.add(mentions)
+                self._catalogs[user_id] = catalog
+        return catalog
+
+    def add(self, user_id: str, mentions: list[EntityMention]) -> None:
+        """Update a loaded catalog with a new record's mentions (unloaded ones load later)."""
+        catalog = self._catalogs.get(user_id)
+        if catalog is not None and mentions:
+            catalog.add(mentions)
+
+    def invalidate(self, user_id: str) -> None:
+        """Drop a user's catalog; the next use rebuilds it from the log."""
+        self._catalogs.pop(user_id, None)

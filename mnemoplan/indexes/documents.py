@@ -1,0 +1,96 @@
+"""How a record is represented in each overlay: its BM25 text, its search vector, its graph node.
+
+A conversational turn rarely stands alone ("Yes, last Friday!" answers the turn
+before it), so a message is indexed together with the previous turn of its session:
+its BM25 text includes that turn's words, and its search vector leans towards that
+turn's embedding. Both are derived from the log alone, so rebuilds reproduce them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC
+
+import numpy as np
+
+from mnemoplan.indexes.bm25 import BM25Doc
+from mnemoplan.indexes.graph import GraphMention, GraphRecord, GraphRelation
+from mnemoplan.model import Record
+
+
+def spoken(rec: Record) -> str:
+    """``speaker: text`` for a message with a speaker, else the text."""
+    return f"{rec.speaker}: {rec.text}" if rec.speaker else rec.text
+
+
+def bm25_doc(rec: Record, prev: Record | None) -> BM25Doc:
+    """The BM25 document of a record, with its conversational context."""
+    body = spoken(rec)
+    if prev is not None and rec.kind == "message":
+        body = f"{spoken(prev)}\n{body}"
+    return BM25Doc(
+        id=rec.id,
+        user_id=rec.user_id,
+        body=body,
+        kind=rec.kind,
+        session_id=rec.session_id,
+        project_id=rec.project_id,
+    )
+
+
+def context_vector(embedding: np.ndarray, prev_embedding: np.ndarray | None, weight: float) -> np.ndarray:
+    """The search vector: the record's embedding, leaning towards the previous turn's."""
+    if prev_embedding is None or weight <= 0:
+        return np.asarray(embedding, dtype=np.float32)
+    mixed = np.asarray(embedding, dtype=np.float32) + weight * np.asarray(prev_embedding, dtype=np.float32)
+    norm = float(np.linalg.norm(mixed))
+    return (mixed / norm).astype(np.float32) if norm else mixed.astype(np.float32)
+
+
+class KeyHasher:
+    """Keyed hashes of one user's names, for the content-free graph."""
+
+    def __init__(self, salt: bytes) -> None:
+        self._salt = salt
+
+    def __call__(self, namespace: str, value: str) -> str:
+        digest = hashlib.blake2b(f"{namespace}\x1f{value}".encode(), key=self._salt, digest_size=16)
+        return digest.hexdigest()
+
+    @property
+    def user(self) -> str:
+        """The user's own key."""
+        return self("user", "")
+
+
+def graph_record(rec: Record, keys: KeyHasher) -> GraphRecord:
+    """The graph node of a record and its edges, with every name replaced by a keyed hash."""
+    mentions = tuple(
+        GraphMention(entity=keys("entity", m.key), etype=m.type, role=m.role) for m in rec.entities
+    )
+    subjects = [m for m in rec.entities if m.role == "subject"]
+    objects = [m for m in rec.entities if m.role == "object"]
+    relations = tuple(
+        GraphRelation(
+            source=keys("entity", s.key),
+            target=keys("entity", o.key),
+            fact=rec.id,
+            strength=float(rec.metadata.get("confidence", 1.0)) if isinstance(rec.metadata, dict) else 1.0,
+            negated=bool(rec.metadata.get("negated", False)) if isinstance(rec.metadata, dict) else False,
+        )
+        for s in subjects
+        for o in objects
+        if s.key != o.key
+    )
+    return GraphRecord(
+        id=rec.id,
+        user=keys.user,
+        kind=rec.kind,
+        seq=rec.seq,
+        ts=int(rec.occurred_at.astimezone(UTC).timestamp()),
+        session=keys("session", rec.session_id) if rec.session_id else "",
+        prev_id=rec.prev_id,
+        derived_from=tuple(rec.derived_from),
+        mentions=mentions,
+        relations=relations,
+    )

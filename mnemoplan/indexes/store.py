@@ -1,0 +1,330 @@
+"""The memory store: the log and every overlay, written and deleted together.
+
+Every write goes to the log first and then to each overlay under a journal intent;
+every delete reaches every store and then purges old versions, segments and pages so
+the bytes leave the disk. A crash in between is repaired by ``repair()`` at start-up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from mnemoplan.errors import DataDirLocked
+from mnemoplan.indexes.bm25 import BM25Index
+from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
+from mnemoplan.indexes.documents import KeyHasher, bm25_doc, context_vector, graph_record
+from mnemoplan.indexes.graph import GraphIndex
+from mnemoplan.indexes.journal import Intent, WriteJournal
+from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
+from mnemoplan.model import EntityMention, Record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeleteReport:
+    """What a delete removed from each store."""
+
+    ids: list[str] = field(default_factory=list)
+    per_store: dict[str, int] = field(default_factory=dict)
+    sessions: set[str] = field(default_factory=set)
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirLocked(
+            f"Another mnemoplan process is using the data directory {data_dir}.",
+            hint="Stop the other server (or CLI command), or point MNEMOPLAN_DATA_DIR elsewhere.",
+        ) from None
+    return fd
+
+
+class MemoryStore:
+    """The log plus the BM25 and graph overlays under one data directory.
+
+    Args:
+        data_dir: Root directory; created if missing and locked for this process.
+        context_weight: How far a message's search vector leans towards the previous turn.
+        ann_min_rows: Rows at which the log builds an approximate vector index.
+    """
+
+    def __init__(self, data_dir: Path, *, context_weight: float = 0.3, ann_min_rows: int = 50_000) -> None:
+        self.data_dir = data_dir
+        self._lock_fd = _lock_data_dir(data_dir)
+        try:
+            self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows)
+            self.bm25 = BM25Index(data_dir / "bm25")
+            self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu")
+            self.journal = WriteJournal(data_dir / "journal")
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self.context_weight = context_weight
+        self._write_lock = threading.RLock()
+        self._last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
+        self.catalogs = CatalogCache(self._load_mentions)
+        self._writes_since_compact = 0
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def keys(self, user_id: str, *, create: bool = True) -> KeyHasher | None:
+        """The keyed hasher of a user's graph names (None if the user has none yet)."""
+        salt = self.log.user_salt(user_id, create=create)
+        return KeyHasher(salt) if salt is not None else None
+
+    def _load_mentions(self, user_id: str) -> Iterator[list[EntityMention]]:
+        for rows in self.log.scan(f"user_id = {sql_str(user_id)}", ["entities"]):
+            for row in rows:
+                if row["entities"]:
+                    yield [EntityMention(**m) for m in row["entities"]]
+
+    def catalog(self, user_id: str) -> EntityCatalog:
+        """The user's entity catalog."""
+        return self.catalogs.get(user_id)
+
+    def _previous(self, rec: Record) -> tuple[Record | None, np.ndarray | None]:
+        """The last message stored in the record's session, with its embedding."""
+        key = (rec.user_id, rec.session_id)
+        cached = self._last.get(key)
+        if cached is not None:
+            return cached
+        where = (
+            f"user_id = {sql_str(rec.user_id)} AND session_id = {sql_str(rec.session_id)} AND kind = 'message'"
+        )
+        rows = self.log.select(where, ["id", "seq"])
+        if not rows:
+            return None, None
+        last_id = max(rows, key=lambda r: r["seq"])["id"]
+        prev = self.log.get(rec.user_id, [last_id]).get(last_id)
+        emb = self.log.vectors(rec.user_id, [last_id]).get(last_id)
+        if prev is None or emb is None:
+            return None, None
+        self._last[key] = (prev, emb)
+        return prev, emb
+
+    # -- writes ------------------------------------------------------------------------
+
+    def append(self, records: list[Record], embeddings: np.ndarray) -> list[Record]:
+        """Store new records (in conversation order) in the log and every overlay.
+
+        Assigns each record its sequence number and, for messages, the previous turn of
+        its session, from which its contextual BM25 text and search vector are derived.
+
+        Returns:
+            The records as stored.
+        """
+        if not records:
+            return []
+        with self._write_lock:
+            seqs = self.log.next_seqs(len(records))
+            stored: list[Record] = []
+            vectors = np.zeros_like(embeddings)
+            prevs: list[Record | None] = []
+            for i, (rec, seq) in enumerate(zip(records, seqs, strict=True)):
+                prev, prev_emb = (None, None)
+                if rec.kind == "message":
+                    prev, prev_emb = self._previous(rec)
+                rec = rec.model_copy(update={"seq": seq, "prev_id": prev.id if prev else ""})
+                vectors[i] = context_vector(embeddings[i], prev_emb, self.context_weight)
+                if rec.kind == "message":
+                    self._last[(rec.user_id, rec.session_id)] = (rec, embeddings[i])
+                stored.append(rec)
+                prevs.append(prev)
+            user_keys = {uid: self.keys(uid) for uid in {r.user_id for r in stored}}
+            intent = self.journal.begin(Intent("add", stored[0].user_id, [r.id for r in stored]))
+            try:
+                self.log.add(stored, embeddings, vectors)
+                self.bm25.add([bm25_doc(r, p) for r, p in zip(stored, prevs, strict=True)])
+                self.graph.add([graph_record(r, user_keys[r.user_id]) for r in stored])  # type: ignore[arg-type]
+            except BaseException:
+                # The intent stays: start-up repair makes the stores agree again.
+                self._last.clear()
+                raise
+            self.journal.done(intent)
+            for rec in stored:
+                self.catalogs.add(rec.user_id, rec.entities)
+            self._writes_since_compact += 1
+        return stored
+
+    def supersede(self, old: Record, new_id: str) -> None:
+        """Close an old fact's validity in favour of a newer one (history stays queryable)."""
+        with self._write_lock:
+            now = datetime.now(UTC)
+            self.log.set_superseded(old.id, new_id, now)
+            self.graph.close_relation(old.id, int(now.timestamp()))
+
+    def delete(self, user_id: str, ids: list[str]) -> DeleteReport:
+        """Delete records of one user everywhere, with what was derived from them, and purge.
+
+        Derived records (facts, summaries) citing a deleted record go too. The turn that
+        followed a deleted message is re-indexed against its new previous turn, so no
+        overlay keeps a trace of the deleted text.
+        """
+        report = DeleteReport()
+        with self._write_lock:
+            all_ids = self._with_derived(user_id, ids)
+            if not all_ids:
+                return report
+            existing = self.log.get(user_id, all_ids)
+            report.ids = [rid for rid in all_ids if rid in existing]
+            report.sessions = {r.session_id for r in existing.values() if r.session_id}
+            intent = self.journal.begin(Intent("delete", user_id, report.ids))
+            self._delete_now(user_id, report)
+            self.journal.done(intent)
+        return report
+
+    def _with_derived(self, user_id: str, ids: list[str]) -> list[str]:
+        out = list(dict.fromkeys(ids))
+        frontier = list(out)
+        while frontier:
+            derived = self.graph.derived_from(frontier)
+            frontier = [d for ds in derived.values() for d in ds if d not in out]
+            out.extend(dict.fromkeys(frontier))
+        return out
+
+    def _delete_now(self, user_id: str, report: DeleteReport) -> None:
+        ids = report.ids
+        gone = set(ids)
+        successors = [
+            r for r in self.log.records(f"user_id = {sql_str(user_id)} AND {sql_in('prev_id', ids)}")
+            if r.id not in gone
+        ]
+        prev_of = {
+            row["id"]: row["prev_id"]
+            for row in self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}", ["id", "prev_id"])
+        }
+        report.per_store["log"] = self.log.delete(ids)
+        report.per_store["graph"] = self.graph.delete(ids)
+        report.per_store["bm25"] = self.bm25.delete(user_id, ids)
+        if successors:
+            self._recontext(user_id, successors, prev_of, gone)
+        self.rebuild_bm25(user_id)  # the only way to get deleted terms out of Tantivy's segments
+        self._finish_delete(user_id)
+
+    def _recontext(self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]) -> None:
+        """Point each successor at the nearest surviving earlier turn and recompute its vector."""
+        new_prev: dict[str, str] = {}
+        for rec in successors:
+            prev = rec.prev_id
+            while prev in gone:
+                prev = prev_of.get(prev, "")
+            new_prev[rec.id] = prev
+        wanted = [r.id for r in successors] + [p for p in new_prev.values() if p]
+        emb = self.log.vectors(user_id, wanted)
+        updates = {}
+        for rec in successors:
+            prev = new_prev[rec.id]
+            updates[rec.id] = (prev, context_vector(emb[rec.id], emb.get(prev), self.context_weight))
+        self.log.update_vectors(updates)
+        keys = self.keys(user_id)
+        assert keys is not None
+        self.graph.add([graph_record(r.model_copy(update={"prev_id": new_prev[r.id]}), keys) for r in successors])
+
+    def _finish_delete(self, user_id: str) -> None:
+        self.log.purge()
+        self.graph.checkpoint()
+        self.catalogs.invalidate(user_id)
+        self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
+
+    def drop_user(self, user_id: str) -> DeleteReport:
+        """Delete every record of a user, the user's overlays and the user's graph secret."""
+        report = DeleteReport()
+        with self._write_lock:
+            where = f"user_id = {sql_str(user_id)}"
+            report.ids = [row["id"] for row in self.log.select(where, ["id"])]
+            intent = self.journal.begin(Intent("drop_user", user_id))
+            keys = self.keys(user_id, create=False)
+            report.per_store["log"] = self.log.count(where)
+            self.log.delete_where(where)
+            self.bm25.drop_user(user_id)
+            report.per_store["bm25"] = report.per_store["log"]
+            report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
+            self.log.drop_user_salt(user_id)
+            self._finish_delete(user_id)
+            self.journal.done(intent)
+        return report
+
+    # -- rebuild and repair --------------------------------------------------------------
+
+    def user_records(self, user_id: str) -> list[Record]:
+        """Every record of a user, in write order."""
+        return sorted(self.log.iter_records(f"user_id = {sql_str(user_id)}"), key=lambda r: r.seq)
+
+    def rebuild_bm25(self, user_id: str, records: list[Record] | None = None) -> int:
+        """Rebuild a user's BM25 index from the log (this also purges deleted documents)."""
+        records = self.user_records(user_id) if records is None else records
+        by_id = {r.id: r for r in records}
+        return self.bm25.rebuild(user_id, (bm25_doc(r, by_id.get(r.prev_id)) for r in records))
+
+    def rebuild(self, user_id: str | None = None) -> dict[str, int]:
+        """Rebuild every overlay of one user (or of all users) from the log."""
+        out: dict[str, int] = {}
+        with self._write_lock:
+            for uid in [user_id] if user_id else self.log.user_ids():
+                records = self.user_records(uid)
+                keys = self.keys(uid)
+                assert keys is not None
+                self.rebuild_bm25(uid, records)
+                self.graph.rebuild(keys.user, (graph_record(r, keys) for r in records))
+                self.catalogs.invalidate(uid)
+                out[uid] = len(records)
+            self.graph.checkpoint()
+            self._last.clear()
+        return out
+
+    def repair(self) -> int:
+        """Replay writes a crash interrupted; returns how many intents were repaired."""
+        pending = self.journal.pending()
+        for intent in pending:
+            log.warning("repairing an interrupted %s of %d record(s)", intent.op, len(intent.ids))
+            with self._write_lock:
+                if intent.op == "drop_user":
+                    self.drop_user(intent.user_id)
+                elif intent.op == "delete":
+                    report = DeleteReport(ids=list(intent.ids))
+                    self._delete_now(intent.user_id, report)
+                else:
+                    self._repair_add(intent)
+                self.journal.done(intent)
+        return len(pending)
+
+    def _repair_add(self, intent: Intent) -> None:
+        present = self.log.get(intent.user_id, intent.ids)
+        missing = [rid for rid in intent.ids if rid not in present]
+        if missing:  # never reached the log: make sure no overlay has them either
+            self.graph.delete(missing)
+        self.rebuild_bm25(intent.user_id)
+        keys = self.keys(intent.user_id)
+        assert keys is not None
+        self.graph.add([graph_record(r, keys) for r in sorted(present.values(), key=lambda r: r.seq)])
+        self.catalogs.invalidate(intent.user_id)
+
+    def maintain(self) -> None:
+        """Periodic upkeep: compact the log's small fragments and build the ANN index when due."""
+        with self._write_lock:
+            self.log.maybe_build_ann_index() or self.log.compact()
+            self._writes_since_compact = 0
+
+    def close(self) -> None:
+        """Flush and release every store and the data-directory lock."""
+        with self._write_lock:
+            self.bm25.close()
+            try:
+                self.graph.checkpoint()
+            finally:
+                self.graph.close()
+            os.close(self._lock_fd)

@@ -1,0 +1,113 @@
+"""How a query is understood and answered: analyses, plans and index descriptors.
+
+Plans are data. A named plan (a "recipe") is frozen; a planner that wants a variant
+makes a copy with ``model_copy(update=...)`` instead of editing a shared object.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AnswerType = Literal["text", "yes_no", "number", "date", "list"]
+CombinationStrategy = Literal["rrf", "weighted_union", "sequential_filter"]
+StepCombine = Literal["union", "intersect", "filter_by"]
+ParamType = Literal["string", "integer", "number", "boolean", "datetime", "string_list"]
+
+
+class EntityRef(BaseModel):
+    """An entity named in a query and, when known, the user's entity it resolves to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str = Field(description="Normalised key (lowercase, accents and punctuation folded).")
+    name: str = Field(description="The name as the user's memory knows it, else as written.")
+    mention: str = Field("", description="The words of the query that named it.")
+    known: bool = Field(False, description="True when the entity exists in this user's memory.")
+    type: str = ""
+
+
+class TimeWindow(BaseModel):
+    """A resolved time expression: [start, end)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    start: datetime | None = None
+    end: datetime | None = None
+    expression: str = Field("", description="The words that produced the window.")
+    relation: Literal["within", "before", "after"] = "within"
+
+
+class QueryAnalysis(BaseModel):
+    """What the deterministic analyzer understood of a query (same query, same analysis)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    query: str
+    intent: Literal["smalltalk", "lookup", "aggregation", "broad", "temporal"] = "lookup"
+    skip_retrieval: bool = False
+    keywords: list[str] = Field(default_factory=list)
+    entities: list[EntityRef] = Field(default_factory=list)
+    time_window: TimeWindow | None = None
+    answer_type: AnswerType = "text"
+    entity_type: str = Field("", description="For aggregation questions: the kind of entity asked for.")
+    reference_time: datetime | None = None
+    duration_ms: float = 0.0
+
+
+class PlanStep(BaseModel):
+    """One index query of a plan."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_id: str = Field(description="Unique within the plan, e.g. 's1'.")
+    index: str = Field(description="Name of a registered index (see explain_plan's indexes).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Parameters from the index's query_params.")
+    rationale: str = ""
+    depends_on: list[str] = Field(default_factory=list, description="Steps whose results feed this one.")
+    combine: StepCombine = Field("union", description="How this step's results join those it depends on.")
+    weight: float = Field(1.0, ge=0.0, le=10.0, description="Weight of this step in the fusion.")
+
+
+class QueryPlan(BaseModel):
+    """A plan: which indexes to query, with what, and how to combine the results."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field("custom", description="The recipe it came from, or 'custom'.")
+    query: str
+    analysis: QueryAnalysis | None = None
+    steps: list[PlanStep]
+    combination_strategy: CombinationStrategy = "weighted_union"
+    expected_answer_type: AnswerType = "text"
+    max_results: int = Field(10, ge=1, le=50)
+    source: Literal["deterministic", "llm", "caller", "cache", "replan"] = "deterministic"
+
+
+class ParamSpec(BaseModel):
+    """One query parameter an index accepts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: ParamType
+    required: bool = False
+    description: str = ""
+    default: Any = None
+
+
+class IndexDescriptor(BaseModel):
+    """What an index is, for a planner (deterministic, LLM, or the caller's LLM)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    stores: str = Field(description="What the index holds.")
+    best_for: list[str] = Field(default_factory=list)
+    query_params: list[ParamSpec] = Field(default_factory=list)
+    returns: str = ""
+    examples: list[dict[str, Any]] = Field(default_factory=list)
+    available: bool = True

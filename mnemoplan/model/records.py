@@ -1,0 +1,177 @@
+"""What is stored: the record in the log, and what callers send to store one."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mnemoplan.errors import InvalidInput, TooLarge
+
+Kind = Literal["message", "fact", "procedure", "episode"]
+KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
+
+RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+# Scope names (user, project, session ids) are chosen by hosts; allow anything printable.
+_SCOPE_MAX = 200
+_BAD_CHARS_RE = re.compile(r"[\x00\ud800-\udfff]")
+_SCOPE_BAD_RE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def as_utc(value: datetime) -> datetime:
+    """Return ``value`` as an aware UTC datetime; naive values are taken to be UTC."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def check_text(value: str, *, what: str, max_chars: int) -> str:
+    """Validate free text that will be stored or searched.
+
+    Raises:
+        InvalidInput: empty text, a NUL character or an unpaired surrogate (not valid UTF-8).
+        TooLarge: more than ``max_chars`` characters.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string.")
+    if not value.strip():
+        raise InvalidInput(f"{what} is empty.", hint=f"Send non-blank {what}.")
+    if len(value) > max_chars:
+        raise TooLarge(
+            f"{what} has {len(value)} characters; the limit is {max_chars}.",
+            hint="Split it into several messages, or raise MNEMOPLAN_MAX_TEXT_CHARS.",
+        )
+    bad = _BAD_CHARS_RE.search(value)
+    if bad:
+        kind = "a NUL character" if bad.group() == "\x00" else "an unpaired UTF-16 surrogate (not valid UTF-8)"
+        raise InvalidInput(
+            f"{what} contains {kind} at position {bad.start()}.",
+            hint="Send valid UTF-8 text without NUL characters.",
+        )
+    return value
+
+
+def check_scope(value: str | None, *, what: str, required: bool = False) -> str:
+    """Validate a user, project or session id; returns "" for an absent optional one.
+
+    Raises:
+        InvalidInput: blank when required, too long, or containing control characters.
+    """
+    if value is None or value == "":
+        if required:
+            raise InvalidInput(f"{what} is required.")
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{what} must be a non-blank string.")
+    if len(value) > _SCOPE_MAX:
+        raise InvalidInput(f"{what} is longer than {_SCOPE_MAX} characters.")
+    if _SCOPE_BAD_RE.search(value):
+        raise InvalidInput(f"{what} contains control characters.", hint="Use printable characters only.")
+    return value
+
+
+def check_record_ids(ids: list[str]) -> list[str]:
+    """Validate record ids (32 lowercase hex characters), dropping repeats.
+
+    Raises:
+        InvalidInput: an id of the wrong shape.
+    """
+    out: list[str] = []
+    for rid in ids:
+        if not isinstance(rid, str) or not RECORD_ID_RE.match(rid):
+            shown = repr(rid)[:60]
+            raise InvalidInput(
+                f"{shown} is not a memory id.",
+                hint="Ids are the 32-character hex strings returned by remember and recall.",
+            )
+        if rid not in out:
+            out.append(rid)
+    return out
+
+
+class MessageIn(BaseModel):
+    """One message or memory to store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="The text to remember, verbatim.")
+    speaker: str | None = Field(None, description="Who said it (a name, or a role such as 'user').")
+    occurred_at: datetime | None = Field(
+        None, description="When it was said or happened (ISO-8601); defaults to the call's occurred_at, else now."
+    )
+    source_id: str | None = Field(
+        None, description="The host's own id for this message; a repeat with the same id is not stored twice."
+    )
+    kind: Kind | None = Field(None, description="message (default), fact, procedure or episode.")
+    metadata: dict[str, Any] | None = Field(None, description="Free-form JSON kept with the record.")
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return as_utc(value) if value is not None else None
+
+
+class TimeRange(BaseModel):
+    """A window on when things happened. Either bound may be omitted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after: datetime | None = Field(None, description="Only things that happened at or after this instant.")
+    before: datetime | None = Field(None, description="Only things that happened before this instant.")
+
+    @field_validator("after", "before")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return as_utc(value) if value is not None else None
+
+    def checked(self) -> TimeRange:
+        """Return self after checking the bounds are in order.
+
+        Raises:
+            InvalidInput: ``after`` is later than ``before``.
+        """
+        if self.after and self.before and self.after >= self.before:
+            raise InvalidInput(
+                f"time_range is inverted: after={self.after.isoformat()} is not before before={self.before.isoformat()}.",
+                hint="Swap the bounds, or drop one of them.",
+            )
+        return self
+
+
+class EntityMention(BaseModel):
+    """An entity a record mentions (or, with role 'speaker', is said by)."""
+
+    key: str
+    name: str
+    type: str = ""
+    role: Literal["mention", "speaker", "subject", "object"] = "mention"
+
+
+class Record(BaseModel):
+    """A row of the log: the source of truth every index is derived from."""
+
+    id: str
+    user_id: str
+    project_id: str = ""
+    session_id: str = ""
+    kind: Kind = "message"
+    speaker: str = ""
+    text: str
+    occurred_at: datetime
+    created_at: datetime
+    source_id: str = ""
+    content_hash: str = ""
+    seq: int = 0
+    prev_id: str = Field("", description="The message before this one in the same session, if any.")
+    derived_from: list[str] = Field(default_factory=list, description="Source records of a derived memory.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    importance: float = 0.5
+    entities: list[EntityMention] = Field(default_factory=list, description="Entities the record mentions.")
+    event_start: datetime | None = None
+    event_end: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    superseded_by: str = ""
+    mention_count: int = 1

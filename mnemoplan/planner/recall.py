@@ -1,0 +1,216 @@
+"""The recall pipeline: analyse, plan, run the signals in parallel, fuse, expand, rank, format."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Protocol
+
+import numpy as np
+
+from mnemoplan.indexes.base import LazyVector, SearchRequest
+from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.model import (
+    MemoryItem,
+    QueryAnalysis,
+    QueryPlan,
+    RecallResult,
+    RecallTrace,
+    Record,
+    SignalStat,
+)
+from mnemoplan.planner.analyzer import QueryAnalyzer
+from mnemoplan.planner.deterministic import recall_plan
+from mnemoplan.planner.executor import PlanExecutor, StepResult
+from mnemoplan.planner.formatter import format_context
+from mnemoplan.planner.fusion import Candidate, fuse
+from mnemoplan.planner.ranking import RankingConfig, rank
+
+
+class RecordSource(Protocol):
+    """Where candidates' records come from (the log)."""
+
+    def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
+        """Records of one user by id."""
+        ...
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    """Knobs of recall (Settings supply them; a call may override a few).
+
+    Attributes:
+        ranking: Expansion and priors.
+        modes: Score normalisation per index (see ``fusion.normalise``).
+        weights: Fusion weight overrides per index name.
+        candidate_pool: How many fused candidates are hydrated and ranked.
+        token_budget: Size of the context string.
+    """
+
+    ranking: RankingConfig = field(default_factory=RankingConfig)
+    modes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"semantic": "minmax"}))
+    weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    candidate_pool: int = 120
+    token_budget: int = 1_200
+
+
+@dataclass
+class Scope:
+    """Who is asking and which records they may see."""
+
+    user_id: str
+    project_id: str = ""
+    after: datetime | None = None
+    before: datetime | None = None
+
+    def admits(self, rec: Record) -> bool:
+        """True if a record passes the caller's hard filters."""
+        if self.project_id and rec.project_id != self.project_id:
+            return False
+        if self.after and rec.occurred_at < self.after:
+            return False
+        return not (self.before and rec.occurred_at >= self.before)
+
+
+def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryItem:
+    """A ranked record as the tools return it."""
+    if rec.derived_from:
+        source_ids = [sources[s].source_id for s in rec.derived_from if s in sources and sources[s].source_id]
+    else:
+        source_ids = [rec.source_id] if rec.source_id else []
+    return MemoryItem(
+        id=rec.id,
+        kind=rec.kind,
+        text=rec.text,
+        speaker=rec.speaker,
+        session_id=rec.session_id,
+        project_id=rec.project_id,
+        occurred_at=rec.occurred_at,
+        source_id=rec.source_id,
+        score=round(cand.score, 6),
+        scores=cand.scores,
+        provenance=list(dict.fromkeys(cand.provenance)),
+        derived_from=rec.derived_from,
+        source_ids=source_ids,
+        current=not rec.superseded_by,
+    )
+
+
+class RecallPipeline:
+    """Deterministic multi-signal retrieval.
+
+    Args:
+        registry: Searchable indexes.
+        analyzer: The deterministic query analyzer.
+        executor: Runs plans.
+        records: Hydrates candidates from the log.
+        embed_query: Embeds a query string.
+        config: Fusion, ranking and formatting knobs.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: IndexRegistry,
+        analyzer: QueryAnalyzer,
+        executor: PlanExecutor,
+        records: RecordSource,
+        embed_query: Callable[[str], np.ndarray],
+        config: RecallConfig,
+    ) -> None:
+        self.registry = registry
+        self.analyzer = analyzer
+        self.executor = executor
+        self.records = records
+        self.embed_query = embed_query
+        self.config = config
+
+    def plan(self, analysis: QueryAnalysis, limit: int) -> QueryPlan:
+        """The plan recall runs for an analysed query."""
+        return recall_plan(analysis, max_results=limit)
+
+    def execute(self, plan: QueryPlan, scope: Scope, analysis: QueryAnalysis | None) -> list[StepResult]:
+        """Run a plan's steps for one scope."""
+        base = SearchRequest(
+            user_id=scope.user_id,
+            query=plan.query,
+            params={},
+            vector=LazyVector(self.embed_query),
+            analysis=analysis,
+            project_id=scope.project_id,
+            after=scope.after,
+            before=scope.before,
+        )
+        return self.executor.execute(plan, base)
+
+    def rank(
+        self,
+        results: list[StepResult],
+        plan: QueryPlan,
+        scope: Scope,
+        limit: int,
+        config: RecallConfig,
+        now: datetime,
+    ) -> tuple[list[MemoryItem], int]:
+        """Fuse, hydrate, filter, expand and rank; returns the items and the candidate count."""
+        cands = fuse(results, plan.combination_strategy, modes=config.modes, weights=config.weights)
+        pool = sorted(cands.values(), key=lambda c: -c.score)[: config.candidate_pool]
+        records = self.records.get(scope.user_id, [c.id for c in pool])
+        records = {rid: rec for rid, rec in records.items() if scope.admits(rec)}
+        ranked = rank({c.id: c for c in pool}, records, config.ranking, now)[:limit]
+        wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
+        sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
+        return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
+
+    def run(
+        self,
+        query: str,
+        scope: Scope,
+        *,
+        limit: int,
+        reference_time: datetime | None = None,
+        config: RecallConfig | None = None,
+    ) -> RecallResult:
+        """Recall for one query: the items, a context string, and a trace of what ran."""
+        started = time.perf_counter()
+        config = config or self.config
+        analysis = self.analyzer.analyze(query, scope.user_id, reference_time)
+        timings = {"analyze": round(analysis.duration_ms, 3)}
+        if analysis.skip_retrieval:
+            return RecallResult(
+                query=query, user_id=scope.user_id, items=[], context="", skipped_retrieval=True,
+                analysis=analysis, duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                trace=RecallTrace(timings_ms=timings, notes=["small talk: no retrieval"]),
+            )  # fmt: skip
+        plan = self.plan(analysis, limit)
+        t0 = time.perf_counter()
+        results = self.execute(plan, scope, analysis)
+        timings["signals"] = round((time.perf_counter() - t0) * 1000, 3)
+        t0 = time.perf_counter()
+        items, total = self.rank(results, plan, scope, limit, config, reference_time or datetime.now(UTC))
+        timings["rank"] = round((time.perf_counter() - t0) * 1000, 3)
+        t0 = time.perf_counter()
+        context = format_context(items, config.token_budget)
+        timings["format"] = round((time.perf_counter() - t0) * 1000, 3)
+        warnings = [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
+        return RecallResult(
+            query=query,
+            user_id=scope.user_id,
+            items=items,
+            context=context,
+            total_candidates=total,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            analysis=analysis,
+            trace=RecallTrace(
+                plan=plan,
+                signals=[
+                    SignalStat(name=r.step.step_id, count=len(r.hits), ms=round(r.ms, 3), error=r.error)
+                    for r in results
+                ],
+                timings_ms=timings,
+            ),
+            warnings=warnings,
+        )

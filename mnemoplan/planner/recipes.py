@@ -1,0 +1,35 @@
+"""Named, frozen plans ("recipes"). Planners copy and adjust them; nothing edits them in place."""
+
+from __future__ import annotations
+
+from mnemoplan.model import PlanStep, QueryPlan
+
+RECALL = QueryPlan(
+    name="recall",
+    query="",
+    steps=[
+        PlanStep(step_id="bm25", index="bm25", params={"top_k": 60}, weight=0.5,
+                 rationale="keywords and names, with the previous turn as context"),
+        PlanStep(step_id="semantic", index="semantic", params={"top_k": 60}, weight=0.5,
+                 rationale="paraphrases the keywords miss"),
+    ],
+    combination_strategy="weighted_union",
+)  # fmt: skip
+
+ENTITY_STEP = PlanStep(
+    step_id="entities", index="entity_graph", params={"top_k": 300}, weight=0.1,
+    rationale="records linked to the entities the query names",
+)  # fmt: skip
+
+TIME_WINDOW_STEP = PlanStep(
+    step_id="time", index="temporal", params={"top_k": 300}, weight=0.15,
+    rationale="records in the time window the query names",
+)  # fmt: skip
+
+DATED_STEP = PlanStep(
+    step_id="dated", index="temporal", params={"dated_only": True, "top_k": 120},
+    depends_on=["bm25", "semantic"], weight=0.1,
+    rationale="a 'when' question wants a memory that carries a date",
+)  # fmt: skip
+
+RECIPES: dict[str, QueryPlan] = {"recall": RECALL}

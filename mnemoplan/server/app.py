@@ -1,0 +1,238 @@
+"""The MCP server: five thin tools over the memory service.
+
+The service (stores and the embedding model) is built in a background thread while the
+server answers ``initialize``; a tool called before it is ready waits for it. Expected
+failures become tool errors with a code and a hint; anything else is logged with its
+traceback and reported without details.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from mnemoplan import __version__
+from mnemoplan.config import Settings
+from mnemoplan.errors import MnemoError, Unavailable
+from mnemoplan.model import (
+    DeepSearchResult,
+    ExplainPlanResult,
+    ForgetReceipt,
+    Kind,
+    MessageIn,
+    QueryPlan,
+    RecallResult,
+    RememberResult,
+    TimeRange,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INSTRUCTIONS = """\
+Long-term memory. Call `remember` with what the user says (or facts you distilled), `recall` before
+answering anything that may depend on the past (it is fast: call it every turn and paste its `context`),
+`deep_memory_search` when recall is not enough, `explain_plan` to see or write the plan deep search
+runs, and `forget` when the user asks you to delete something. Every call is scoped to a user_id."""
+
+
+class ServiceHolder:
+    """Builds the memory service in the background and hands it to tools once ready."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._service: Any = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._build, args=(factory,), name="mnemoplan-startup", daemon=True)
+        self._thread.start()
+
+    def _build(self, factory: Callable[[], Any]) -> None:
+        try:
+            self._service = factory()
+        except BaseException as exc:
+            self._error = exc
+            if not isinstance(exc, MnemoError):
+                log.exception("the memory service could not start")
+        finally:
+            self._ready.set()
+
+    async def get(self, timeout_s: float = 120.0) -> Any:
+        """The service, waiting for start-up if needed.
+
+        Raises:
+            MnemoError: start-up failed or is taking too long.
+        """
+        if not self._ready.is_set():
+            await anyio.to_thread.run_sync(self._ready.wait, timeout_s)
+        if not self._ready.is_set():
+            raise Unavailable("The memory service is still starting.", hint="Retry in a few seconds.")
+        if self._error is not None:
+            if isinstance(self._error, MnemoError):
+                raise self._error
+            raise Unavailable("The memory service failed to start; see the server log.")
+        return self._service
+
+    def close(self) -> None:
+        """Wait for start-up to settle, then close the service."""
+        self._ready.wait()
+        if self._service is not None:
+            self._service.close()
+
+
+async def call_service(ctx: Context, fn: Callable[[Any], T]) -> T:
+    """Run one service call in a worker thread, mapping failures to tool errors."""
+    holder: ServiceHolder = ctx.request_context.lifespan_context
+    try:
+        service = await holder.get()
+        return await anyio.to_thread.run_sync(fn, service)
+    except MnemoError as exc:
+        raise ToolError(exc.to_text()) from None
+    except Exception:
+        log.exception("unexpected error in a tool call")
+        raise ToolError("[internal_error] Unexpected server error; the details are in the server log.") from None
+
+
+UserId = Annotated[str | None, Field(description="Whose memory; defaults to the server's configured user.")]
+
+
+def register_tools(mcp: MCPServer) -> None:
+    """Add the five tools to a server."""
+
+    @mcp.tool(
+        title="Remember",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
+    )
+    async def remember(
+        ctx: Context,
+        content: Annotated[str | None, Field(description="One memory to store verbatim.")] = None,
+        messages: Annotated[
+            list[MessageIn] | None, Field(description="Several messages, in conversation order.")
+        ] = None,
+        user_id: UserId = None,
+        session_id: Annotated[str | None, Field(description="Conversation or session the messages belong to.")] = None,
+        project_id: Annotated[str | None, Field(description="Project scope, if any.")] = None,
+        occurred_at: Annotated[datetime | None, Field(description="When it was said (ISO-8601); default now.")] = None,
+        kind: Annotated[Kind | None, Field(description="message (default), fact, procedure or episode.")] = None,
+        speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description="Free-form JSON kept with it.")] = None,
+    ) -> RememberResult:
+        """Store messages or facts for a user, losslessly, and index them. Repeats are not stored twice."""
+        return await call_service(
+            ctx,
+            lambda s: s.remember(
+                content=content, messages=messages, user_id=user_id, session_id=session_id,
+                project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
+            ),  # fmt: skip
+        )
+
+    @mcp.tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(description="The question or the user's latest message.")],
+        user_id: UserId = None,
+        limit: Annotated[int | None, Field(description="How many memories (default 10, max 50).")] = None,
+        project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
+        time_range: Annotated[TimeRange | None, Field(description="Only memories from this window.")] = None,
+        reference_time: Annotated[
+            datetime | None, Field(description="'Now' for relative times in the query (default: now).")
+        ] = None,
+    ) -> RecallResult:
+        """Fast memory retrieval (milliseconds): ranked memories with per-signal scores and a context string to paste into your prompt."""
+        return await call_service(
+            ctx,
+            lambda s: s.recall(
+                query, user_id=user_id, limit=limit, project_id=project_id, time_range=time_range,
+                reference_time=reference_time,
+            ),  # fmt: skip
+        )
+
+    @mcp.tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    async def deep_memory_search(
+        ctx: Context,
+        query: Annotated[str, Field(description="What to find.")],
+        user_id: UserId = None,
+        time_range: Annotated[TimeRange | None, Field(description="Only things that happened in this window.")] = None,
+        max_results: Annotated[int, Field(description="How many results (1-30).")] = 10,
+        plan: Annotated[
+            QueryPlan | None, Field(description="A plan from explain_plan, possibly edited; run exactly as given.")
+        ] = None,
+        project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
+        reference_time: Annotated[datetime | None, Field(description="'Now' for relative times in the query.")] = None,
+    ) -> DeepSearchResult:
+        """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
+        return await call_service(
+            ctx,
+            lambda s: s.deep_search(
+                query, user_id=user_id, time_range=time_range, max_results=max_results, plan=plan,
+                project_id=project_id, reference_time=reference_time,
+            ),  # fmt: skip
+        )
+
+    @mcp.tool(
+        title="Forget",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
+    )
+    async def forget(
+        ctx: Context,
+        ids: Annotated[list[str] | None, Field(description="Memory ids to delete.")] = None,
+        scope: Annotated[
+            Literal["user", "project", "session"] | None,
+            Field(description="Delete a whole scope instead: the user, a project, or a session."),
+        ] = None,
+        user_id: UserId = None,
+        project_id: Annotated[str | None, Field(description="The project, for scope=project.")] = None,
+        session_id: Annotated[str | None, Field(description="The session, for scope=session.")] = None,
+    ) -> ForgetReceipt:
+        """Delete memories by id or by scope from every store, for real: old versions and index segments are purged."""
+        return await call_service(
+            ctx,
+            lambda s: s.forget(ids=ids, scope=scope, user_id=user_id, project_id=project_id, session_id=session_id),
+        )
+
+    @mcp.tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    async def explain_plan(
+        ctx: Context,
+        query: Annotated[str, Field(description="The query to plan.")],
+        user_id: UserId = None,
+    ) -> ExplainPlanResult:
+        """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
+        return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id))
+
+
+def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> MCPServer:
+    """The MCP server over ``settings``; ``factory`` builds the service (default: from settings)."""
+
+    def default_factory() -> Any:
+        # Imported here, in the start-up thread: the storage libraries take a second to import.
+        from mnemoplan.server.bootstrap import build_service
+
+        return build_service(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[ServiceHolder]:
+        holder = ServiceHolder(factory or default_factory)
+        try:
+            yield holder
+        finally:
+            await anyio.to_thread.run_sync(holder.close)
+
+    mcp = MCPServer(
+        "mnemoplan",
+        title="mnemoplan memory",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        lifespan=lifespan,
+        log_level=settings.log_level,
+    )
+    register_tools(mcp)
+    return mcp

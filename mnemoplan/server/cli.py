@@ -1,0 +1,149 @@
+"""The ``mnemoplan`` command: serve (default), config, reindex, search, stats, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from mnemoplan import __version__
+
+
+def _setup_logging(level: str, log_file: Path | None) -> None:
+    # stdout belongs to the MCP stdio transport: logs go to stderr or a file.
+    os.environ.setdefault("LANCE_LOG", "error")  # LanceDB's own (Rust) logger
+    handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("httpx", "sentence_transformers", "transformers", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _settings(args: argparse.Namespace):
+    from pydantic import ValidationError
+
+    from mnemoplan.config import Settings
+
+    overrides = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = args.data_dir
+    if getattr(args, "user", None):
+        overrides["default_user_id"] = args.user
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        sys.exit(f"mnemoplan: invalid configuration:\n{exc}")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the MCP server (stdio by default)."""
+    settings = _settings(args)
+    if args.http:
+        settings = settings.model_copy(update={"transport": "http"})
+    if args.host:
+        settings = settings.model_copy(update={"http_host": args.host})
+    if args.port:
+        settings = settings.model_copy(update={"http_port": args.port})
+    _setup_logging(settings.log_level, settings.log_file)
+    from mnemoplan.server.app import create_app
+
+    where = (
+        f"http://{settings.http_host}:{settings.http_port}/mcp" if settings.transport == "http" else "stdio"
+    )
+    print(
+        f"mnemoplan {__version__}: memory in {settings.data_dir} (default user {settings.default_user_id!r}); "
+        f"MCP over {where}",
+        file=sys.stderr,
+        flush=True,
+    )
+    app = create_app(settings)
+    if settings.transport == "http":
+        app.run("streamable-http", host=settings.http_host, port=settings.http_port)
+    else:
+        app.run("stdio")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Print the effective configuration as JSON."""
+    settings = _settings(args)
+    print(json.dumps(settings.public_dict(), indent=2, default=str))
+    return 0
+
+
+def _open_service(args: argparse.Namespace):
+    settings = _settings(args)
+    _setup_logging("WARNING" if not getattr(args, "verbose", False) else "INFO", settings.log_file)
+    from mnemoplan.errors import MnemoError
+    from mnemoplan.server.bootstrap import build_service
+
+    try:
+        return build_service(settings)
+    except MnemoError as exc:
+        sys.exit(f"mnemoplan: {exc.to_text()}")
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Rebuild the BM25 and graph overlays from the log."""
+    service = _open_service(args)
+    try:
+        users = [args.user] if args.user else service.store.log.user_ids()
+        for i, user in enumerate(users, 1):
+            counts = service.store.rebuild(user)
+            print(f"[{i}/{len(users)}] {user}: {counts.get(user, 0)} records re-indexed", file=sys.stderr)
+        service.store.maintain()
+    finally:
+        service.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="mnemoplan",
+        description="Long-term memory for AI agents, served over MCP. Without a command, runs `serve`.",
+    )
+    parser.add_argument("--version", action="version", version=f"mnemoplan {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", type=Path, help="data directory (default: $MNEMOPLAN_DATA_DIR or ~/.local/share/mnemoplan)")
+        p.add_argument("--user", help="default user id (default: $MNEMOPLAN_DEFAULT_USER_ID or 'default')")
+
+    p = sub.add_parser("serve", help="run the MCP server (stdio unless --http)", description=cmd_serve.__doc__)
+    common(p)
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8765)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("config", help="print the effective configuration", description=cmd_config.__doc__)
+    common(p)
+    p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("reindex", help="rebuild the overlays from the log", description=cmd_reindex.__doc__)
+    common(p)
+    p.set_defaults(func=cmd_reindex)
+
+    from mnemoplan.server import commands
+
+    commands.add_commands(sub, common)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mnemoplan`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["serve", *(argv or sys.argv[1:])])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

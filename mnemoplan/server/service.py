@@ -1,0 +1,276 @@
+"""The memory service: one method per tool, over the store, the ingestor and the planners.
+
+No MCP here: the tools, the CLI and the benchmark all call these methods, so they
+exercise the same code paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from mnemoplan.errors import InvalidInput, NotFound, TooLarge
+from mnemoplan.indexes.embedder import Embedder
+from mnemoplan.indexes.ingest import Ingestor, NewMemory
+from mnemoplan.indexes.lance_log import sql_in, sql_str
+from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.indexes.store import MemoryStore
+from mnemoplan.model import (
+    ExplainPlanResult,
+    ForgetReceipt,
+    MessageIn,
+    QueryPlan,
+    RecallResult,
+    RememberResult,
+    TimeRange,
+    check_record_ids,
+    check_scope,
+    check_text,
+)
+from mnemoplan.planner.deep import DeepSearch
+from mnemoplan.planner.recall import RecallPipeline, Scope
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Input limits the service enforces (from Settings)."""
+
+    max_text_chars: int = 32_000
+    max_query_chars: int = 4_000
+    max_messages_per_call: int = 1_000
+    max_forget_ids: int = 10_000
+    recall_default_limit: int = 10
+    recall_max_limit: int = 50
+    deep_max_results: int = 30
+
+
+class MemoryService:
+    """Everything the tools do.
+
+    Args:
+        store: The log and overlays.
+        embedder: Text embedder.
+        registry: Searchable indexes.
+        recall: The recall pipeline.
+        deep: Deep search.
+        limits: Input limits.
+        default_user_id: User of calls that name none.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        embedder: Embedder,
+        registry: IndexRegistry,
+        recall: RecallPipeline,
+        deep: DeepSearch,
+        limits: Limits,
+        default_user_id: str,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.registry = registry
+        self.recall_pipeline = recall
+        self.deep = deep
+        self.limits = limits
+        self.default_user_id = default_user_id
+        self.ingestor = Ingestor(store, embedder.embed)
+
+    # -- argument checks -----------------------------------------------------------------
+
+    def _user(self, user_id: str | None) -> str:
+        return check_scope(user_id or self.default_user_id, what="user_id", required=True)
+
+    def _query(self, query: str) -> str:
+        return check_text(query, what="query", max_chars=self.limits.max_query_chars)
+
+    @staticmethod
+    def _window(time_range: TimeRange | None) -> tuple[datetime | None, datetime | None]:
+        if time_range is None:
+            return None, None
+        time_range = time_range.checked()
+        return time_range.after, time_range.before
+
+    # -- tools ---------------------------------------------------------------------------
+
+    def remember(
+        self,
+        *,
+        content: str | None = None,
+        messages: list[MessageIn] | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        project_id: str | None = None,
+        occurred_at: datetime | None = None,
+        kind: str | None = None,
+        speaker: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RememberResult:
+        """Store one text or a list of messages, losslessly, skipping exact repeats.
+
+        Raises:
+            InvalidInput: neither or both of content and messages; bad text or ids.
+            TooLarge: text or batch over the limits.
+        """
+        user = self._user(user_id)
+        session = check_scope(session_id, what="session_id")
+        project = check_scope(project_id, what="project_id")
+        if (content is None) == (not messages):
+            raise InvalidInput(
+                "Send either content (one memory) or messages (a list), not both and not neither.",
+                hint='e.g. {"content": "I moved to Lisbon"} or {"messages": [{"content": "...", "speaker": "user"}]}',
+            )
+        if messages is None:
+            messages = [MessageIn(content=content or "", kind=kind, speaker=speaker, metadata=metadata)]
+        if len(messages) > self.limits.max_messages_per_call:
+            raise TooLarge(
+                f"{len(messages)} messages in one call; the limit is {self.limits.max_messages_per_call}.",
+                hint="Send them in several calls.",
+            )
+        memories = []
+        for i, msg in enumerate(messages):
+            what = "content" if len(messages) == 1 else f"messages[{i}].content"
+            text = check_text(msg.content, what=what, max_chars=self.limits.max_text_chars)
+            memories.append(
+                NewMemory(
+                    text=text,
+                    kind=msg.kind or kind or "message",
+                    speaker=check_scope(msg.speaker or speaker, what=f"messages[{i}].speaker"),
+                    occurred_at=msg.occurred_at or occurred_at,
+                    source_id=check_scope(msg.source_id, what=f"messages[{i}].source_id"),
+                    metadata={**(metadata or {}), **(msg.metadata or {})},
+                )
+            )
+        result = self.ingestor.ingest(user, memories, session_id=session, project_id=project)
+        return RememberResult(
+            user_id=user,
+            session_id=session,
+            ids=result.ids,
+            stored=len(result.stored),
+            duplicates=result.duplicates,
+        )
+
+    def recall(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        limit: int | None = None,
+        project_id: str | None = None,
+        time_range: TimeRange | None = None,
+        reference_time: datetime | None = None,
+    ) -> RecallResult:
+        """The fast path: deterministic multi-signal retrieval and a ready-to-paste context.
+
+        Raises:
+            InvalidInput: bad query, limit, scope or time range.
+        """
+        user = self._user(user_id)
+        query = self._query(query)
+        limit = self.limits.recall_default_limit if limit is None else limit
+        if not 1 <= limit <= self.limits.recall_max_limit:
+            raise InvalidInput(f"limit must be between 1 and {self.limits.recall_max_limit}, got {limit}.")
+        after, before = self._window(time_range)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        return self.recall_pipeline.run(query, scope, limit=limit, reference_time=reference_time)
+
+    def deep_search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        time_range: TimeRange | None = None,
+        max_results: int = 10,
+        plan: QueryPlan | None = None,
+        project_id: str | None = None,
+        reference_time: datetime | None = None,
+    ):
+        """The thorough path: plan, execute, judge, re-plan, rerank.
+
+        Raises:
+            InvalidInput: bad arguments.
+            InvalidPlan: a caller plan that does not validate.
+        """
+        user = self._user(user_id)
+        query = self._query(query)
+        if not 1 <= max_results <= self.limits.deep_max_results:
+            raise InvalidInput(
+                f"max_results must be between 1 and {self.limits.deep_max_results}, got {max_results}."
+            )
+        after, before = self._window(time_range)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        return self.deep.run(query, scope, max_results=max_results, plan=plan, reference_time=reference_time)
+
+    def forget(
+        self,
+        *,
+        ids: list[str] | None = None,
+        scope: Literal["user", "project", "session"] | None = None,
+        user_id: str | None = None,
+        project_id: str | None = None,
+        session_id: str | None = None,
+    ) -> ForgetReceipt:
+        """Delete by id or by scope, from every store, and purge the bytes.
+
+        Raises:
+            InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
+            NotFound: an id that is not one of this user's memories (nothing is deleted).
+        """
+        started = time.perf_counter()
+        user = self._user(user_id)
+        if bool(ids) == bool(scope):
+            raise InvalidInput(
+                "Send either ids or a scope (user, project or session), not both and not neither.",
+                hint='e.g. {"ids": ["<id>"]} or {"scope": "session", "session_id": "s1"}',
+            )
+        if ids:
+            if len(ids) > self.limits.max_forget_ids:
+                raise TooLarge(f"{len(ids)} ids in one call; the limit is {self.limits.max_forget_ids}.")
+            wanted = check_record_ids(ids)
+            found = {r["id"] for r in self.store.log.select(
+                f"user_id = {sql_str(user)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+            unknown = [rid for rid in wanted if rid not in found]
+            if unknown:
+                raise NotFound(
+                    f"{len(unknown)} id(s) are not memories of user {user!r}: {', '.join(unknown[:5])}.",
+                    hint="Nothing was deleted. Check the ids and the user_id.",
+                )
+            report = self.store.delete(user, wanted)
+            label = "ids"
+        elif scope == "user":
+            report = self.store.drop_user(user)
+            label = "user"
+        elif scope in ("project", "session"):
+            value = check_scope(project_id if scope == "project" else session_id, what=f"{scope}_id", required=True)
+            column = "project_id" if scope == "project" else "session_id"
+            rows = self.store.log.select(f"user_id = {sql_str(user)} AND {column} = {sql_str(value)}", ["id"])
+            report = self.store.delete(user, [r["id"] for r in rows])
+            label = scope
+        else:
+            raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
+        return ForgetReceipt(
+            user_id=user,
+            scope=label,
+            ids=report.ids[:1000],
+            removed=len(report.ids),
+            deleted=report.per_store,
+            purged=True,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+
+    def explain_plan(self, query: str, *, user_id: str | None = None) -> ExplainPlanResult:
+        """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
+        user = self._user(user_id)
+        query = self._query(query)
+        return self.deep.explain(query, user)
+
+    def close(self) -> None:
+        """Release every store."""
+        self.deep.close()
+        self.store.close()

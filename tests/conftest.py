@@ -1,0 +1,61 @@
+"""Shared fixtures: a service on real stores in a temporary directory, and an MCP stdio client."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mnemoplan.config import Settings
+from mnemoplan.server.bootstrap import build_service
+from mnemoplan.server.service import MemoryService
+
+os.environ.setdefault("LANCE_LOG", "error")
+
+
+def make_service(data_dir: Path, **overrides: Any) -> MemoryService:
+    """A service over real LanceDB, Tantivy and Kùzu stores, with the small test embedder."""
+    settings = Settings(data_dir=data_dir, embedding_model=overrides.pop("embedding_model", "hash"), **overrides)
+    return build_service(settings)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[MemoryService]:
+    svc = make_service(tmp_path / "data")
+    yield svc
+    svc.close()
+
+
+def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment of a server under test: its own data directory, the test embedder, no LLM."""
+    env = {
+        "MNEMOPLAN_DATA_DIR": str(data_dir),
+        "MNEMOPLAN_EMBEDDING_MODEL": "hash",
+        "ANTHROPIC_API_KEY": "",
+        "LANCE_LOG": "error",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    env.update(extra)
+    return env
+
+
+def run_with_client(data_dir: Path, scenario: Callable[[Any], Awaitable[Any]], **env: str) -> Any:
+    """Start ``mnemoplan serve`` over stdio, as a host would, and run ``scenario(client)``."""
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mnemoplan.server.cli", "serve"],
+        env=server_env(data_dir, **env),
+    )
+
+    async def main() -> Any:
+        async with Client(params, mode="legacy") as client:
+            return await scenario(client)
+
+    return anyio.run(main)

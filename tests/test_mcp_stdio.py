@@ -1,0 +1,222 @@
+"""The MCP surface, through the SDK's own client over stdio, as a host would use it."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import run_with_client, server_env
+
+TOOLS = {"remember", "recall", "deep_memory_search", "forget", "explain_plan"}
+
+
+async def call(client: Any, tool: str, **args: Any) -> dict[str, Any]:
+    """Call a tool and return its structured content, failing on a tool error."""
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def error_text(client: Any, tool: str, **args: Any) -> str:
+    """Call a tool that must fail and return the error text."""
+    result = await client.call_tool(tool, args)
+    assert result.is_error, f"{tool}({args}) should have failed: {result.structured_content}"
+    return " ".join(c.text for c in result.content)
+
+
+def texts(recall: dict[str, Any]) -> list[str]:
+    return [item["text"] for item in recall["items"]]
+
+
+def test_lists_exactly_the_five_tools_with_schemas(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        tools = (await client.list_tools()).tools
+        assert {t.name for t in tools} == TOOLS
+        for tool in tools:
+            assert tool.input_schema["type"] == "object"
+            assert tool.output_schema and tool.output_schema["type"] == "object"
+            assert tool.description
+        annotations = {t.name: t.annotations for t in tools}
+        for name in ("recall", "deep_memory_search", "explain_plan"):
+            assert annotations[name].read_only_hint is True
+        assert annotations["forget"].destructive_hint is True
+
+    run_with_client(tmp_path / "data", scenario)
+
+
+def test_remember_recall_forget_round_trip_and_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+
+    async def first(client: Any) -> str:
+        stored = await call(client, "remember", content="My sister Ingrid lives in Trondheim", user_id="alice")
+        assert stored["stored"] == 1
+        again = await call(client, "remember", content="My sister Ingrid lives in Trondheim", user_id="alice")
+        assert again["stored"] == 0 and again["duplicates"] == 1 and again["ids"] == stored["ids"]
+        found = await call(client, "recall", query="Where does Ingrid live?", user_id="alice")
+        assert "My sister Ingrid lives in Trondheim" in texts(found)
+        assert "Trondheim" in found["context"]
+        assert found["items"][0]["scores"]
+        return stored["ids"][0]
+
+    rid = run_with_client(data, first)
+
+    async def after_restart(client: Any) -> None:
+        found = await call(client, "recall", query="Where does Ingrid live?", user_id="alice")
+        assert texts(found) == ["My sister Ingrid lives in Trondheim"]
+        receipt = await call(client, "forget", ids=[rid], user_id="alice")
+        assert receipt["removed"] == 1 and receipt["purged"] is True
+        gone = await call(client, "recall", query="Where does Ingrid live?", user_id="alice")
+        assert texts(gone) == []
+        deep = await call(client, "deep_memory_search", query="Ingrid Trondheim", user_id="alice")
+        assert deep["items"] == []
+
+    run_with_client(data, after_restart)
+
+
+def test_users_are_isolated_through_every_tool(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        a = await call(client, "remember", content="Alice's locker code is 4471 at the Oslo gym", user_id="alice")
+        await call(client, "remember", content="Bob likes the Oslo opera", user_id="bob")
+        for query in ("locker code Oslo gym", "Alice", "4471", "user_id:alice locker"):
+            assert all("4471" not in t for t in texts(await call(client, "recall", query=query, user_id="bob")))
+            deep = await call(client, "deep_memory_search", query=query, user_id="bob")
+            assert all("4471" not in item["text"] for item in deep["items"])
+        plan = await call(client, "explain_plan", query="Alice locker", user_id="bob")
+        assert "4471" not in str(plan)
+        # Bob can neither see nor delete Alice's memory by id.
+        text = await error_text(client, "forget", ids=a["ids"], user_id="bob")
+        assert "not_found" in text
+        assert texts(await call(client, "recall", query="locker code", user_id="alice"))
+        # A caller plan cannot reach another user either.
+        edited = plan["deep_plan"]
+        deep = await call(client, "deep_memory_search", query="locker", user_id="bob", plan=edited)
+        assert all("4471" not in item["text"] for item in deep["items"])
+
+    run_with_client(tmp_path / "data", scenario)
+
+
+def test_bad_inputs_are_tool_errors_with_codes(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        checks = [
+            ("remember", {"content": "   "}, "invalid_input"),
+            ("remember", {"content": "x" * 40_000}, "too_large"),
+            ("remember", {"content": "a\x00b"}, "invalid_input"),
+            ("remember", {}, "invalid_input"),
+            ("remember", {"content": "x", "messages": [{"content": "y"}]}, "invalid_input"),
+            ("recall", {"query": ""}, "invalid_input"),
+            ("recall", {"query": "q", "limit": 0}, "invalid_input"),
+            ("recall", {"query": "q", "time_range": {"after": "2024-01-02", "before": "2024-01-01"}}, "inverted"),
+            ("deep_memory_search", {"query": "q", "max_results": 31}, "invalid_input"),
+            ("forget", {"ids": ["not-an-id"]}, "invalid_input"),
+            ("forget", {"ids": ["0" * 32]}, "not_found"),
+            ("forget", {}, "invalid_input"),
+            ("forget", {"scope": "session"}, "invalid_input"),
+            ("remember", {"content": "x", "user_id": "bad\nuser"}, "invalid_input"),
+        ]
+        for tool, args, code in checks:
+            text = await error_text(client, tool, **args)
+            assert code in text, (tool, args, text)
+            assert "Traceback" not in text and ".py" not in text and "/tmp" not in text
+        # Query syntax is just words: a correct (possibly empty) result, never an error or a leak.
+        await call(client, "remember", content="the quick brown fox", user_id="carol")
+        await call(client, "remember", content="secret of dave", user_id="dave")
+        for query in ['"unbalanced', "a:b", "fox AND", "*", "(fox", "user_id:dave", "fox OR user_id:dave", "\x07bell"]:
+            found = await call(client, "recall", query=query, user_id="carol")
+            assert all("dave" not in t for t in texts(found))
+        found = await call(client, "recall", query="quick fox AND (brown", user_id="carol")
+        assert texts(found) == ["the quick brown fox"]
+        # Control characters other than NUL are stored verbatim.
+        ok = await call(client, "remember", content="tab\there, bell\x07 too", user_id="carol")
+        assert ok["stored"] == 1
+
+    run_with_client(tmp_path / "data", scenario)
+
+
+def test_forgotten_secret_leaves_no_bytes_on_disk(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    secret = "zq9-marmalade-xylophone-4471"
+
+    async def scenario(client: Any) -> None:
+        for i in range(30):
+            await call(client, "remember", content=f"filler message number {i} about gardening", user_id="erin",
+                       session_id="s1")  # fmt: skip
+        stored = await call(
+            client, "remember", user_id="erin", session_id="s1",
+            content=f"My backup passphrase is {secret} and Zqmarmalade Xylophone keeps it",
+        )  # fmt: skip
+        await call(client, "remember", content="the next turn after the secret", user_id="erin", session_id="s1")
+        found = await call(client, "recall", query=f"passphrase {secret}", user_id="erin")
+        assert any(secret in t for t in texts(found))
+        await call(client, "forget", ids=stored["ids"], user_id="erin")
+        assert all(secret not in t for t in texts(await call(client, "recall", query="passphrase", user_id="erin")))
+
+    run_with_client(data, scenario)
+    needles = [secret, "zqmarmalade", "Zqmarmalade Xylophone", "marmalade"]
+    for needle in needles:
+        hits = subprocess.run(["grep", "-rli", "--", needle, str(data)], capture_output=True, text=True).stdout
+        assert hits == "", f"{needle!r} still on disk in: {hits}"
+
+
+def test_forget_scopes(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        await call(client, "remember", content="project alpha kickoff notes", user_id="f", project_id="alpha")
+        await call(client, "remember", content="project beta kickoff notes", user_id="f", project_id="beta")
+        await call(client, "remember", content="session one chat about kickoff", user_id="f", session_id="one")
+        receipt = await call(client, "forget", scope="project", project_id="alpha", user_id="f")
+        assert receipt["removed"] == 1
+        receipt = await call(client, "forget", scope="session", session_id="one", user_id="f")
+        assert receipt["removed"] == 1
+        assert texts(await call(client, "recall", query="kickoff", user_id="f")) == ["project beta kickoff notes"]
+        receipt = await call(client, "forget", scope="user", user_id="f")
+        assert receipt["removed"] == 1
+        assert texts(await call(client, "recall", query="kickoff", user_id="f")) == []
+
+    run_with_client(tmp_path / "data", scenario)
+
+
+def test_undecodable_bytes_never_crash_the_server(tmp_path: Path) -> None:
+    """Raw JSON-RPC over stdio: invalid UTF-8 and lone surrogates must not take the server down."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mnemoplan.server.cli", "serve"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=server_env(tmp_path / "d"),
+    )  # fmt: skip
+    assert proc.stdin and proc.stdout
+
+    def send(line: bytes) -> None:
+        proc.stdin.write(line + b"\n")
+        proc.stdin.flush()
+
+    def receive(timeout: float = 30.0) -> dict[str, Any] | None:
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        return json.loads(proc.stdout.readline()) if ready else None
+
+    def call(rid: int, tool: str, args: str) -> bytes:
+        return (
+            f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{"name":"{tool}","arguments":'.encode()
+            + args.encode("latin-1") + b"}}"
+        )
+
+    try:
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode())
+        assert receive()["id"] == 1
+        send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        # A lone surrogate cannot be decoded; the SDK drops the message. The server must live on.
+        send(call(2, "remember", '{"content":"bad \\ud800 text"}'))
+        assert receive(timeout=2.0) is None
+        # Invalid UTF-8 bytes are replaced (U+FFFD) by the transport: stored, findable, nothing lost around them.
+        send(call(3, "remember", '{"content":"caf\xe9 \xff\xfe latte", "user_id":"raw"}'))
+        stored = receive()
+        assert stored["id"] == 3 and not stored["result"].get("isError")
+        send(call(4, "recall", '{"query":"latte", "user_id":"raw"}'))
+        found = receive()
+        assert found["id"] == 4
+        assert "latte" in found["result"]["structuredContent"]["items"][0]["text"]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)

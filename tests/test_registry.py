@@ -1,0 +1,79 @@
+"""Plans validate against the registry; a new index plugs in without touching planner or server."""
+
+from __future__ import annotations
+
+import pytest
+
+from mnemoplan.errors import InvalidPlan
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.model import IndexDescriptor, ParamSpec, PlanStep, QueryPlan
+from mnemoplan.server.service import MemoryService
+
+
+def plan(*steps: PlanStep) -> QueryPlan:
+    return QueryPlan(query="q", steps=list(steps))
+
+
+def test_unknown_index_lists_the_valid_ones(service: MemoryService) -> None:
+    with pytest.raises(InvalidPlan) as err:
+        service.registry.validate(plan(PlanStep(step_id="a", index="telepathy")))
+    assert "telepathy" in err.value.message and "bm25" in err.value.hint and "semantic" in err.value.hint
+
+
+def test_unknown_parameter_and_bad_type(service: MemoryService) -> None:
+    with pytest.raises(InvalidPlan) as err:
+        service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"topk": 5})))
+    assert "topk" in err.value.message and "top_k" in err.value.hint
+    with pytest.raises(InvalidPlan) as err:
+        service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"top_k": "many"})))
+    assert "integer" in err.value.message
+
+
+def test_dependency_cycles_and_unknown_dependencies(service: MemoryService) -> None:
+    with pytest.raises(InvalidPlan, match="cycle"):
+        service.registry.validate(plan(
+            PlanStep(step_id="a", index="bm25", depends_on=["b"]),
+            PlanStep(step_id="b", index="semantic", depends_on=["a"]),
+        ))  # fmt: skip
+    with pytest.raises(InvalidPlan, match="unknown step"):
+        service.registry.validate(plan(PlanStep(step_id="a", index="bm25", depends_on=["zz"])))
+    with pytest.raises(InvalidPlan, match="Duplicate"):
+        service.registry.validate(plan(PlanStep(step_id="a", index="bm25"), PlanStep(step_id="a", index="bm25")))
+
+
+def test_datetime_parameters_are_parsed(service: MemoryService) -> None:
+    checked = service.registry.validate(
+        plan(PlanStep(step_id="t", index="temporal", params={"start": "2023-05-01", "end": "2023-06-01T00:00:00Z"}))
+    )
+    assert checked.steps[0].params["start"].year == 2023
+
+
+class KeywordCountIndex(SearchIndex):
+    """A toy index: records whose text contains a given word, found through the log."""
+
+    descriptor = IndexDescriptor(
+        name="contains_word",
+        description="Records containing a word, verbatim.",
+        stores="nothing of its own",
+        query_params=[ParamSpec(name="word", type="string", required=True, description="the word")],
+    )
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+
+    def search(self, req: SearchRequest) -> list[Hit]:
+        word = req.params["word"]
+        rows = self._service.store.log.select(f"user_id = '{req.user_id}'", ["id", "text"])
+        return [Hit(r["id"], 1.0, self.name) for r in rows if word in r["text"].split()]
+
+
+def test_a_new_index_needs_only_an_adapter_and_a_registration(service: MemoryService) -> None:
+    service.remember(content="the blue heron landed", user_id="u")
+    service.remember(content="a grey heron flew off", user_id="u")
+    service.registry.register(KeywordCountIndex(service))
+    assert "contains_word" in [d.name for d in service.explain_plan("heron", user_id="u").indexes]
+    custom = plan(PlanStep(step_id="w", index="contains_word", params={"word": "blue"}))
+    result = service.deep_search("heron", user_id="u", plan=custom)
+    assert [i.text for i in result.items] == ["the blue heron landed"]
+    with pytest.raises(InvalidPlan, match="missing required"):
+        service.deep_search("heron", user_id="u", plan=plan(PlanStep(step_id="w", index="contains_word")))

@@ -1,0 +1,125 @@
+"""The log and its overlays: writes reach every store, deletes purge, crashes are repaired."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mnemoplan.errors import DataDirLocked
+from mnemoplan.indexes.ingest import NewMemory
+from mnemoplan.indexes.store import MemoryStore
+from mnemoplan.model import MessageIn, TimeRange
+from mnemoplan.server.service import MemoryService
+from tests.conftest import make_service
+
+
+def say(svc: MemoryService, user: str, session: str, *turns: tuple[str, str]) -> list[str]:
+    msgs = [MessageIn(content=text, speaker=who) for who, text in turns]
+    return svc.remember(messages=msgs, user_id=user, session_id=session).ids
+
+
+def overlay_ids(store: MemoryStore, user: str) -> tuple[set[str], set[str], set[str]]:
+    keys = store.keys(user, create=False)
+    log_ids = {r["id"] for r in store.log.select(f"user_id = '{user}'", ["id"])}
+    return log_ids, store.bm25.ids(user), store.graph.ids(keys.user) if keys else set()
+
+
+def test_every_write_reaches_every_store(service: MemoryService) -> None:
+    ids = say(service, "u", "s", ("Ann", "I bought a red kayak"), ("Ben", "Where will you paddle it?"))
+    log_ids, bm25_ids, graph_ids = overlay_ids(service.store, "u")
+    assert log_ids == bm25_ids == graph_ids == set(ids)
+
+
+def test_a_turn_is_indexed_with_the_turn_before_it(service: MemoryService) -> None:
+    say(service, "u", "s", ("Ann", "What did you name the kayak?"), ("Ben", "Bluebell, after my grandmother"))
+    found = service.recall("What did Ben name the kayak?", user_id="u", limit=2)
+    assert [i.text for i in found.items][0] in {"Bluebell, after my grandmother", "What did you name the kayak?"}
+    assert "Bluebell, after my grandmother" in [i.text for i in found.items]
+
+
+def test_source_id_repeats_are_not_stored_twice(service: MemoryService) -> None:
+    first = service.remember(messages=[MessageIn(content="hello there friend", source_id="m1")], user_id="u",
+                             session_id="s")  # fmt: skip
+    again = service.remember(messages=[MessageIn(content="hello there, friend (edited)", source_id="m1")],
+                             user_id="u", session_id="s")  # fmt: skip
+    assert again.ids == first.ids and again.stored == 0
+    other_session = service.remember(messages=[MessageIn(content="hello there friend", source_id="m1")],
+                                     user_id="u", session_id="t")  # fmt: skip
+    assert other_session.stored == 1
+
+
+def test_forgetting_a_turn_recontextualises_the_next_one(service: MemoryService) -> None:
+    ids = say(service, "u", "s", ("Ann", "my pin is quokka-77"), ("Ben", "noted"), ("Ann", "thanks"))
+    service.forget(ids=[ids[0]], user_id="u")
+    rec = service.store.log.get("u", [ids[1]])[ids[1]]
+    assert rec.prev_id == ""
+    assert service.recall("quokka", user_id="u").items == []
+
+
+def test_forget_removes_derived_records(service: MemoryService) -> None:
+    ids = say(service, "u", "s", ("Ann", "I adopted a greyhound called Pixel"))
+    fact = service.ingestor.ingest(
+        "u", [NewMemory(text="Ann has a greyhound called Pixel", kind="fact", derived_from=ids)]
+    )
+    receipt = service.forget(ids=ids, user_id="u")
+    assert set(receipt.ids) == {ids[0], fact.ids[0]}
+    assert service.store.log.count("user_id = 'u'") == 0
+
+
+def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "first message about tulips"))
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash between the log and the overlays")
+
+    monkeypatch.setattr(svc.store.bm25, "add", crash)
+    with pytest.raises(RuntimeError):
+        say(svc, "u", "s", ("Ann", "second message about daffodils"))
+    log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+    assert len(log_ids) == 2 and len(bm25_ids) == 1
+    assert list((data / "journal").glob("*.json"))
+    svc.close()
+    monkeypatch.undo()
+
+    svc = make_service(data)  # start-up runs the repair
+    try:
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == bm25_ids == graph_ids and len(log_ids) == 2
+        assert [i.text for i in svc.recall("daffodils", user_id="u").items] == ["second message about daffodils"]
+        assert not list((data / "journal").glob("*.json"))
+        # Sending the same message again after the crash stores nothing new.
+        again = say(svc, "u", "s", ("Ann", "second message about daffodils"))
+        assert len(again) == 1 and svc.store.log.count("user_id = 'u'") == 2
+    finally:
+        svc.close()
+
+
+def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
+    say(service, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
+    service.store.bm25.drop_user("u")
+    assert service.recall("lighthouse", user_id="u").trace.signals[0].count == 0
+    service.store.rebuild("u")
+    assert "the lighthouse keeper's log" in [i.text for i in service.recall("lighthouse", user_id="u").items]
+
+
+def test_one_process_per_data_directory(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "data")
+    try:
+        with pytest.raises(DataDirLocked):
+            MemoryStore(tmp_path / "data")
+    finally:
+        svc.close()
+
+
+def test_time_range_and_project_filters(service: MemoryService) -> None:
+    old = datetime(2020, 1, 5, tzinfo=UTC)
+    service.remember(content="the harbour festival was loud", occurred_at=old, user_id="u", project_id="p1")
+    service.remember(content="the harbour festival again", user_id="u", project_id="p2")
+    found = service.recall("harbour festival", user_id="u", time_range=TimeRange(before=datetime(2021, 1, 1)))
+    assert [i.text for i in found.items] == ["the harbour festival was loud"]
+    found = service.recall("harbour festival", user_id="u", project_id="p2")
+    assert [i.text for i in found.items] == ["the harbour festival again"]
