@@ -44,8 +44,13 @@ class Settings(BaseSettings):
         description="'all-MiniLM-L6-v2' (bundled, offline), a local sentence-transformers path, "
         "or 'hash' (a tiny deterministic embedder for plumbing tests).",
     )
-    embedding_batch_size: int = Field(64, ge=1, le=1024)
+    embedding_batch_size: int = Field(
+        8, ge=1, le=1024, description="Texts per forward pass; small batches pad less (fastest on CPU here)."
+    )
     embedding_threads: int = Field(0, ge=0, description="Torch threads; 0 keeps torch's default.")
+    embedding_precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bfloat16 where the CPU computes it natively, else fp32."
+    )
 
     # Recall
     recall_token_budget: int = Field(1_200, ge=50, description="Token budget of recall's context string.")

@@ -1,10 +1,237 @@
-"""Placeholder until the harness lands."""
+"""``mnemoplan bench``: ingest a benchmark through remember, query it through recall and friends, score.
+
+Each conversation becomes one memory user, ingested through the same service method the
+``remember`` tool calls; questions go through the same method as the tool under test.
+Nothing here knows which dataset it runs on: loaders turn every format into one shape.
+"""
+
+from __future__ import annotations
+
 import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
+from mnemoplan.bench.metrics import latency_summary, summarise
+from mnemoplan.bench.progress import Progress
+from mnemoplan.bench.report import update_readme, write_plots, write_report
+from mnemoplan.model import MemoryItem, MessageIn
+
+MODES = ("recall", "deep", "bm25", "vector")
+RANK_DEPTH = 50  # items asked for; rankings keep at least 25 distinct turns
+WARMUP = 10
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset")
+    """The bench command's options."""
+    src = p.add_argument_group("data (one of)")
+    src.add_argument("--dataset", type=Path, help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json)")
+    src.add_argument("--messages", type=Path, help="generic format: messages JSONL")
+    src.add_argument("--questions", type=Path, help="generic format: questions JSONL")
+    p.add_argument("--mode", choices=[*MODES, "all"], default="recall", help="what to query (default recall)")
+    p.add_argument("--out", type=Path, required=True, help="directory for rankings, metrics, report and plots")
+    p.add_argument("--data-dir", type=Path, help="memory data directory (default: a fresh temporary one)")
+    p.add_argument("--limit-conversations", type=int, metavar="N", help="only the first N conversations")
+    p.add_argument("--mcp-sample", type=int, default=50, metavar="N",
+                   help="questions timed through a real MCP stdio round trip (0: skip; default 50)")  # fmt: skip
+    p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (default bundled MiniLM)")
+    p.add_argument("--readme", type=Path, help="update this README's results block with the overall table")
+    p.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")
+
+
+def load_dataset(args: argparse.Namespace) -> Dataset:
+    """The dataset the arguments name."""
+    if args.dataset and (args.messages or args.questions):
+        sys.exit("mnemoplan bench: give --dataset or --messages/--questions, not both")
+    if args.dataset:
+        return load_locomo(args.dataset)
+    if args.messages and args.questions:
+        return load_jsonl(args.messages, args.questions)
+    sys.exit("mnemoplan bench: give --dataset FILE, or --messages FILE --questions FILE")
+
+
+def machine() -> str:
+    """One line about the machine the numbers come from."""
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()} {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def turns_of(items: list[MemoryItem]) -> list[str]:
+    """Map ranked items to source turns: a derived item counts as the turns it came from."""
+    out: list[str] = []
+    for item in items:
+        for dia in item.source_ids or ([item.source_id] if item.source_id else []):
+            if dia not in out:
+                out.append(dia)
+    return out
+
+
+def ingest(service: Any, dataset: Dataset) -> dict[str, float]:
+    """Store every conversation through remember, one call per session, in order."""
+    progress = Progress("ingest", dataset.n_turns, unit="msg")
+    started = time.perf_counter()
+    for conv_id, turns in dataset.turns.items():
+        sessions: dict[int, list[MessageIn]] = {}
+        for t in turns:
+            sessions.setdefault(t.session, []).append(
+                MessageIn(content=t.text, speaker=t.speaker or None, occurred_at=t.timestamp, source_id=t.dia_id)
+            )
+        for session, messages in sessions.items():
+            service.remember(messages=messages, user_id=conv_id, session_id=f"session_{session}")
+            progress.advance(len(messages))
+    service.store.maintain()
+    seconds = time.perf_counter() - started
+    progress.close()
+    return {"messages": dataset.n_turns, "seconds": round(seconds, 2),
+            "messages_per_s": round(dataset.n_turns / seconds, 1)}  # fmt: skip
+
+
+def query_fn(service: Any, mode: str) -> Callable[[Question], list[str]]:
+    """How one question is asked in each mode; returns ranked turn ids."""
+    if mode == "recall":
+        return lambda q: turns_of(service.recall(q.question, user_id=q.conv_id, limit=RANK_DEPTH).items)
+    if mode == "deep":
+        cap = service.limits.deep_max_results
+        return lambda q: turns_of(service.deep_search(q.question, user_id=q.conv_id, max_results=cap).items)
+    index = {"bm25": "bm25", "vector": "semantic"}[mode]
+    params = {"top_k": RANK_DEPTH} | ({"min_similarity": -1.0} if index == "semantic" else {})
+
+    def single_index(q: Question) -> list[str]:
+        hits = service.single_index_search(index, q.question, user_id=q.conv_id, params=params)
+        return turns_of(hits)
+
+    return single_index
+
+
+def run_mode(service: Any, mode: str, questions: list[Question]) -> tuple[dict[str, list[str]], list[float]]:
+    """Ask every question (after a short untimed warm-up); rankings and latencies."""
+    ask = query_fn(service, mode)
+    clear = getattr(service.embedder, "clear_cache", None)
+    if clear:
+        clear()  # no mode may profit from the query embeddings an earlier mode computed
+    for q in questions[:WARMUP]:
+        ask(q)
+    rankings: dict[str, list[str]] = {}
+    latencies: list[float] = []
+    progress = Progress(mode, len(questions), unit="q")
+    for q in questions:
+        started = time.perf_counter()
+        ranked = ask(q)
+        latencies.append((time.perf_counter() - started) * 1000)
+        rankings[q.qid] = ranked
+        progress.advance()
+    progress.close()
+    return rankings, latencies
+
+
+def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding_model: str) -> dict[str, Any] | None:
+    """Time recall through a real MCP stdio round trip: a client spawning ``mnemoplan serve``."""
+    if n <= 0 or not questions:
+        return None
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    step = max(1, len(questions) // n)
+    sample = questions[::step][:n]
+    env = {"MNEMOPLAN_DATA_DIR": str(data_dir), "MNEMOPLAN_EMBEDDING_MODEL": embedding_model,
+           "LANCE_LOG": "error", "PYTHONPATH": os.pathsep.join(sys.path)}  # fmt: skip
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mnemoplan.server.cli", "serve"], env=env)
+    latencies: list[float] = []
+
+    async def main() -> None:
+        async with Client(params, mode="legacy") as client:
+            for q in sample[:WARMUP]:
+                await client.call_tool("recall", {"query": q.question, "user_id": q.conv_id, "limit": 10})
+            for q in sample:
+                started = time.perf_counter()
+                result = await client.call_tool("recall", {"query": q.question, "user_id": q.conv_id, "limit": 10})
+                latencies.append((time.perf_counter() - started) * 1000)
+                if result.is_error:
+                    raise RuntimeError(f"recall failed over MCP: {result.content}")
+
+    with open(os.devnull, "w") as devnull:
+        old = sys.stderr
+        sys.stderr = devnull  # the server's log lines would garble the progress output
+        try:
+            anyio.run(main)
+        finally:
+            sys.stderr = old
+    return {"tool": "recall", "limit": 10, **latency_summary(latencies)}
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    raise SystemExit("not yet")
+    """Run the benchmark the arguments describe; writes everything under --out."""
+    os.environ.setdefault("LANCE_LOG", "error")
+    dataset = load_dataset(args)
+    if args.limit_conversations:
+        keep = list(dataset.turns)[: args.limit_conversations]
+        dataset.turns = {c: dataset.turns[c] for c in keep}
+        dataset.questions = [q for q in dataset.questions if q.conv_id in dataset.turns]
+    modes = list(MODES) if args.mode == "all" else [args.mode]
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    temporary = args.data_dir is None
+    data_dir = Path(tempfile.mkdtemp(prefix="mnemoplan-bench-")) if temporary else args.data_dir
+    print(f"bench: {dataset.name}, {len(dataset.turns)} conversations, {dataset.n_turns} turns, "
+          f"{len(dataset.questions)} questions; data in {data_dir}", file=sys.stderr)  # fmt: skip
+
+    from mnemoplan.config import Settings
+    from mnemoplan.server.bootstrap import build_service
+
+    service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
+    try:
+        started = time.perf_counter()
+        service.embedder.embed(["warm up"])
+        model_load_s = time.perf_counter() - started
+        ingest_stats = ingest(service, dataset) | {"model_load_s": round(model_load_s, 2)}
+        results: dict[str, Any] = {}
+        latencies: dict[str, list[float]] = {}
+        session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
+        for mode in modes:
+            rankings, lat = run_mode(service, mode, dataset.questions)
+            latencies[mode] = lat
+            with (out / f"rankings-{mode}.jsonl").open("w", encoding="utf-8") as fh:
+                for q, ms in zip(dataset.questions, lat, strict=True):
+                    fh.write(json.dumps({"qid": q.qid, "ranked": rankings[q.qid], "latency_ms": round(ms, 3)}) + "\n")
+            results[mode] = {"quality": summarise(dataset.questions, rankings, session_of),
+                             "latency_ms": latency_summary(lat)}  # fmt: skip
+    finally:
+        service.close()
+    mcp = mcp_round_trips(data_dir, dataset.questions, args.mcp_sample, args.embedding_model) if "recall" in modes else None
+    metrics = {
+        "dataset": dataset.name,
+        "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(), "mode": args.mode},
+        "conversations": len(dataset.turns),
+        "conversation_ids": list(dataset.turns),
+        "turns": dataset.n_turns,
+        "questions": len(dataset.questions),
+        "category_names": dataset.category_names,
+        "ingest": ingest_stats,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "mcp_stdio": mcp,
+        "modes": results,
+        "notes": dataset.notes,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    print(write_report(out, metrics), file=sys.stderr)
+    write_plots(out, metrics, latencies)
+    if args.readme:
+        update_readme(args.readme, metrics)
+    if temporary and not args.keep_data:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0

@@ -11,6 +11,7 @@ import fcntl
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,6 +79,7 @@ class MemoryStore:
         self._last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
         self.catalogs = CatalogCache(self._load_mentions)
         self._writes_since_compact = 0
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mnemoplan-write")
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -145,11 +147,16 @@ class MemoryStore:
                 stored.append(rec)
                 prevs.append(prev)
             user_keys = {uid: self.keys(uid) for uid in {r.user_id for r in stored}}
+            docs = [bm25_doc(r, p) for r, p in zip(stored, prevs, strict=True)]
+            nodes = [graph_record(r, user_keys[r.user_id]) for r in stored]  # type: ignore[arg-type]
             intent = self.journal.begin(Intent("add", stored[0].user_id, [r.id for r in stored]))
             try:
+                # The three stores are independent native libraries: write them concurrently.
+                # The intent covers any order of partial failure (repair reconciles with the log).
+                pending = [self._pool.submit(self.bm25.add, docs), self._pool.submit(self.graph.add, nodes)]
                 self.log.add(stored, embeddings, vectors)
-                self.bm25.add([bm25_doc(r, p) for r, p in zip(stored, prevs, strict=True)])
-                self.graph.add([graph_record(r, user_keys[r.user_id]) for r in stored])  # type: ignore[arg-type]
+                for future in pending:
+                    future.result()
             except BaseException:
                 # The intent stays: start-up repair makes the stores agree again.
                 self._last.clear()
@@ -322,6 +329,7 @@ class MemoryStore:
     def close(self) -> None:
         """Flush and release every store and the data-directory lock."""
         with self._write_lock:
+            self._pool.shutdown(wait=True)
             self.bm25.close()
             try:
                 self.graph.checkpoint()

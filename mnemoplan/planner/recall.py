@@ -7,14 +7,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from mnemoplan.errors import Unavailable
 from mnemoplan.indexes.base import LazyVector, SearchRequest
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.model import (
     MemoryItem,
+    PlanStep,
     QueryAnalysis,
     QueryPlan,
     RecallResult,
@@ -145,6 +147,18 @@ class RecallPipeline:
             before=scope.before,
         )
         return self.executor.execute(plan, base)
+
+    def single_index(self, index: str, query: str, scope: Scope, params: dict[str, Any]) -> list[MemoryItem]:
+        """Query one index and return its hits in its own order, hydrated."""
+        plan = QueryPlan(query=query, steps=[PlanStep(step_id=index, index=index, params=params)])
+        plan = self.registry.validate(plan)
+        [result] = self.execute(plan, scope, None)
+        if result.error:
+            raise Unavailable(f"index {index} failed: {result.error}")
+        ids = list(dict.fromkeys(h.id for h in result.hits))
+        records = {rid: r for rid, r in self.records.get(scope.user_id, ids).items() if scope.admits(r)}
+        score = {h.id: h.score for h in reversed(result.hits)}
+        return [to_item(records[rid], Candidate(rid, score[rid]), records) for rid in ids if rid in records]
 
     def rank(
         self,

@@ -50,7 +50,10 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         DataDirLocked: another process owns the data directory.
     """
     embedder = embedder or make_embedder(
-        settings.embedding_model, batch_size=settings.embedding_batch_size, threads=settings.embedding_threads
+        settings.embedding_model,
+        batch_size=settings.embedding_batch_size,
+        threads=settings.embedding_threads,
+        precision=settings.embedding_precision,
     )
     store = MemoryStore(settings.data_dir)
     repaired = store.repair()

@@ -21,6 +21,7 @@ from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import (
     ExplainPlanResult,
     ForgetReceipt,
+    MemoryItem,
     MessageIn,
     QueryPlan,
     RecallResult,
@@ -206,6 +207,18 @@ class MemoryService:
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
         return self.deep.run(query, scope, max_results=max_results, plan=plan, reference_time=reference_time)
+
+    def single_index_search(
+        self, index: str, query: str, *, user_id: str | None = None, params: dict[str, Any] | None = None
+    ) -> list[MemoryItem]:
+        """One index alone, in its own order (no fusion, no expansion): the baselines of the bench.
+
+        Raises:
+            InvalidPlan: unknown index or parameter.
+        """
+        user = self._user(user_id)
+        query = self._query(query)
+        return self.recall_pipeline.single_index(index, query, Scope(user), params or {})
 
     def forget(
         self,

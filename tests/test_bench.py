@@ -1,0 +1,82 @@
+"""The bench harness on a tiny generic-format dataset: every output, and scores that re-score exactly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mnemoplan.bench.datasets import normalise_locomo_evidence
+from mnemoplan.bench.metrics import question_metrics
+from mnemoplan.bench.datasets import Question
+from mnemoplan.server.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MESSAGES = [
+    ("c1", 1, "D1:1", "Ann", "I adopted a greyhound called Pixel last week", "2023-05-08T10:00:00"),
+    ("c1", 1, "D1:2", "Ben", "What a lovely name for a dog!", None),
+    ("c1", 2, "D2:1", "Ann", "Pixel and I ran on the beach in Brighton", "2023-06-01T09:00:00"),
+    ("c1", 2, "D2:2", "Ben", "Brighton sounds windy", None),
+    ("c2", 1, "D1:1", "Cy", "My violin lesson moved to Thursdays", "2023-01-03T18:00:00"),
+    ("c2", 1, "D1:2", "Di", "Is your teacher still Mrs Okafor?", None),
+]
+QUESTIONS = [
+    ("c1", "q1", "What is the name of Ann's dog?", 1, ["D1:1"]),
+    ("c1", "q2", "Where did Ann run with Pixel?", 2, ["D2:1"]),
+    ("c2", "q3", "When is the violin lesson?", 1, ["D1:1"]),
+    ("c2", "q4", "Who is the violin teacher?", 2, ["D1:2", "D1:1"]),
+    ("c2", "q5", "A question without evidence", 2, []),
+]
+
+
+def write_dataset(tmp: Path) -> tuple[Path, Path]:
+    messages, questions = tmp / "m.jsonl", tmp / "q.jsonl"
+    messages.write_text("".join(
+        json.dumps({"conv_id": c, "session": s, "dia_id": d, "speaker": sp, "text": t, "timestamp": ts}) + "\n"
+        for c, s, d, sp, t, ts in MESSAGES))  # fmt: skip
+    questions.write_text("".join(
+        json.dumps({"conv_id": c, "qid": q, "question": text, "answer": "", "category": cat, "evidence": ev}) + "\n"
+        for c, q, text, cat, ev in QUESTIONS))  # fmt: skip
+    return messages, questions
+
+
+def test_bench_writes_every_output_and_rescores_exactly(tmp_path: Path) -> None:
+    messages, questions = write_dataset(tmp_path)
+    out = tmp_path / "out"
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n")
+    code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "all",
+                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "3", "--readme", str(readme)])  # fmt: skip
+    assert code == 0
+    for mode in ("recall", "deep", "bm25", "vector"):
+        rows = [json.loads(line) for line in (out / f"rankings-{mode}.jsonl").read_text().splitlines()]
+        assert [r["qid"] for r in rows] == ["q1", "q2", "q3", "q4"]
+        assert all(r["latency_ms"] >= 0 and len(r["ranked"]) == len(set(r["ranked"])) for r in rows)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["questions"] == 4 and metrics["ingest"]["messages"] == 6
+    assert metrics["mcp_stdio"]["n"] == 3
+    assert {"category 1", "category 2", "overall"} <= set(metrics["modes"]["recall"]["quality"])
+    for name in ("report.md", "recall_at_10_by_category.png", "latency.png"):
+        assert (out / name).stat().st_size > 0
+    assert "<!-- bench:start -->" in readme.read_text()
+    rescored = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "rescore.py"), "--messages", str(messages),
+         "--questions", str(questions), str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert rescored.returncode == 0, rescored.stdout + rescored.stderr
+
+
+def test_locomo_evidence_quirks_are_normalised() -> None:
+    assert normalise_locomo_evidence(["D8:6; D9:17", "D:11:26", "D9:1 D4:4 D4:6", "D30:05", "D", "D30:5"]) == [
+        "D8:6", "D9:17", "D11:26", "D9:1", "D4:4", "D4:6", "D30:5"]  # fmt: skip
+
+
+def test_a_question_without_results_is_a_miss() -> None:
+    q = Question("q", "c", "?", "1", ["D1:1", "D2:2"], [1, 2])
+    assert question_metrics(q, [], {}) == {
+        "R@1": 0.0, "R@5": 0.0, "any@5": 0.0, "R@10": 0.0, "any@10": 0.0, "R@25": 0.0, "session_R@10": 0.0}  # fmt: skip
+    half = question_metrics(q, ["D9:9", "D1:1", "D1:1"], {"D1:1": 1, "D9:9": 9})
+    assert half["R@1"] == 0.0 and half["R@5"] == 0.5 and half["session_R@10"] == 0.5
