@@ -140,37 +140,14 @@ def run_mode(service: Any, mode: str, questions: list[Question]) -> tuple[dict[s
 
 
 def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding_model: str) -> dict[str, Any] | None:
-    """Time recall through a real MCP stdio round trip: a client spawning ``mnemoplan serve``."""
+    """Time recall (limit 10) through a real MCP stdio round trip on a sample of questions."""
     if n <= 0 or not questions:
         return None
-    import anyio
-    from mcp import Client, StdioServerParameters
+    from mnemoplan.server.probe import time_stdio_calls
 
     step = max(1, len(questions) // n)
-    sample = questions[::step][:n]
-    env = {"MNEMOPLAN_DATA_DIR": str(data_dir), "MNEMOPLAN_EMBEDDING_MODEL": embedding_model,
-           "LANCE_LOG": "error", "PYTHONPATH": os.pathsep.join(sys.path)}  # fmt: skip
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mnemoplan.server.cli", "serve"], env=env)
-    latencies: list[float] = []
-
-    async def main() -> None:
-        async with Client(params, mode="legacy") as client:
-            for q in sample[:WARMUP]:
-                await client.call_tool("recall", {"query": q.question, "user_id": q.conv_id, "limit": 10})
-            for q in sample:
-                started = time.perf_counter()
-                result = await client.call_tool("recall", {"query": q.question, "user_id": q.conv_id, "limit": 10})
-                latencies.append((time.perf_counter() - started) * 1000)
-                if result.is_error:
-                    raise RuntimeError(f"recall failed over MCP: {result.content}")
-
-    with open(os.devnull, "w") as devnull:
-        old = sys.stderr
-        sys.stderr = devnull  # the server's log lines would garble the progress output
-        try:
-            anyio.run(main)
-        finally:
-            sys.stderr = old
+    calls = [{"query": q.question, "user_id": q.conv_id, "limit": 10} for q in questions[::step][:n]]
+    latencies = time_stdio_calls(data_dir, "recall", calls, env={"MNEMOPLAN_EMBEDDING_MODEL": embedding_model})
     return {"tool": "recall", "limit": 10, **latency_summary(latencies)}
 
 
