@@ -45,7 +45,7 @@ class Settings(BaseSettings):
         "or 'hash' (a tiny deterministic embedder for plumbing tests).",
     )
     embedding_batch_size: int = Field(
-        8, ge=1, le=1024, description="Texts per forward pass; small batches pad less (fastest on CPU here)."
+        16, ge=1, le=1024, description="Sentences per forward pass; small batches pad less (fastest on CPU here)."
     )
     embedding_threads: int = Field(0, ge=0, description="Torch threads; 0 keeps torch's default.")
     embedding_precision: Literal["auto", "fp32", "bf16"] = Field(

@@ -73,8 +73,16 @@ class _UserIndex:
         self.index.register_tokenizer(_ANALYZER_NAME, _analyzer())
         self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         self.lock = threading.Lock()
+        self.dirty = False
+
+    def commit(self) -> None:
+        self.writer.commit()
+        self.index.reload()
+        self.dirty = False
 
     def close(self) -> None:
+        if self.dirty:
+            self.commit()
         self.writer.wait_merging_threads()
 
 
@@ -147,8 +155,12 @@ class BM25Index:
             body=doc.body,
         )
 
-    def add(self, docs: list[BM25Doc]) -> None:
-        """Index documents (replacing any with the same id), then make them searchable."""
+    def add(self, docs: list[BM25Doc], *, commit: bool = True) -> None:
+        """Index documents (replacing any with the same id).
+
+        With ``commit`` they are searchable on return; without, after the next ``commit()``
+        (a Tantivy commit costs 10-20 ms, adding a document a few microseconds).
+        """
         by_user: dict[str, list[BM25Doc]] = {}
         for doc in docs:
             by_user.setdefault(doc.user_id, []).append(doc)
@@ -159,8 +171,18 @@ class BM25Index:
                 for doc in user_docs:
                     handle.writer.delete_documents_by_term("id", doc.id)
                     handle.writer.add_document(self._document(doc))
-                handle.writer.commit()
-                handle.index.reload()
+                handle.dirty = True
+                if commit:
+                    handle.commit()
+
+    def commit(self, user_id: str) -> None:
+        """Make a user's added documents searchable."""
+        with self._lock:
+            handle = self._open.get(user_id)
+        if handle is not None:
+            with handle.lock:
+                if handle.dirty:
+                    handle.commit()
 
     def delete(self, user_id: str, ids: list[str]) -> int:
         """Delete documents by id (soft: segments keep the bytes until ``rebuild``)."""
@@ -172,8 +194,7 @@ class BM25Index:
             present = sum(searcher.doc_freq("id", rid) for rid in ids)
             for rid in ids:
                 handle.writer.delete_documents_by_term("id", rid)
-            handle.writer.commit()
-            handle.index.reload()
+            handle.commit()
         return present
 
     def drop_user(self, user_id: str) -> None:

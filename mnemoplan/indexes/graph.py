@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ class GraphIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
         self._conn = kuzu.Connection(self._db)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         for statement in _SCHEMA:
             self._conn.execute(statement)
 
@@ -94,66 +95,84 @@ class GraphIndex:
             result = self._conn.execute(query, params or {})
             return result.get_all() if isinstance(result, kuzu.QueryResult) else []
 
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction for several statements (one commit instead of one per statement)."""
+        with self._lock:
+            self._conn.execute("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
     # -- writes ------------------------------------------------------------------------
 
-    def add(self, records: list[GraphRecord]) -> None:
-        """Insert records with their edges; re-adding a record is harmless."""
+    def add(self, records: list[GraphRecord], *, fresh: bool = False) -> None:
+        """Insert records with their edges; re-adding a record is harmless.
+
+        ``fresh`` promises the records and their edges are new (a first write), which lets
+        them be created without the look-ups MERGE needs; repair and rebuild never pass it.
+        """
         if not records:
             return
-        rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
-        self._run(
-            "UNWIND $rows AS row MERGE (r:Record {id: row.id}) "
-            "SET r.user = row.user, r.kind = row.kind, r.seq = row.seq, r.ts = row.ts",
-            {"rows": rows},
-        )
-        sessions = [{"id": r.id, "s": r.session, "user": r.user} for r in records if r.session]
-        if sessions:
+        put = "CREATE" if fresh else "MERGE"
+        with self._transaction():
+            rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
             self._run(
-                "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
-                {"rows": sessions},
+                f"UNWIND $rows AS row {put} (r:Record {{id: row.id}}) "
+                "SET r.user = row.user, r.kind = row.kind, r.seq = row.seq, r.ts = row.ts",
+                {"rows": rows},
             )
-            self._run(
-                "UNWIND $rows AS row MATCH (r:Record {id: row.id}), (s:Session {id: row.s}) "
-                "MERGE (r)-[:IN_SESSION]->(s)",
-                {"rows": sessions},
-            )
-        nexts = [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id]
-        if nexts:
-            self._run(
-                "UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b}) MERGE (a)-[:NEXT]->(b)",
-                {"rows": nexts},
-            )
-        derived = [{"a": r.id, "b": src} for r in records for src in r.derived_from]
-        if derived:
-            self._run(
-                "UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b}) "
-                "MERGE (a)-[:DERIVED_FROM]->(b)",
-                {"rows": derived},
-            )
-        entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
-        if entities:
-            self._run(
-                "UNWIND $rows AS row MERGE (e:Entity {id: row.id}) SET e.user = row.user, "
-                "e.etype = CASE WHEN row.etype = '' THEN e.etype ELSE row.etype END",
-                {"rows": [{"id": e, "user": u, "etype": t} for e, u, t in entities]},
-            )
-            mentions = [{"r": r.id, "e": m.entity, "role": m.role} for r in records for m in r.mentions]
-            self._run(
-                "UNWIND $rows AS row MATCH (r:Record {id: row.r}), (e:Entity {id: row.e}) "
-                "MERGE (r)-[m:MENTIONS]->(e) SET m.role = row.role",
-                {"rows": mentions},
-            )
-        relations = [
-            {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
-            for r in records
-            for rel in r.relations
-        ]
-        if relations:
-            self._run(
-                "UNWIND $rows AS row MATCH (a:Entity {id: row.a}), (b:Entity {id: row.b}) "
-                "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
-                {"rows": relations},
-            )
+            sessions = [{"id": r.id, "s": r.session, "user": r.user} for r in records if r.session]
+            if sessions:
+                self._run(
+                    "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
+                    {"rows": sessions},
+                )
+                self._run(
+                    "UNWIND $rows AS row MATCH (r:Record {id: row.id}), (s:Session {id: row.s}) "
+                    f"{put} (r)-[:IN_SESSION]->(s)",
+                    {"rows": sessions},
+                )
+            nexts = [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id]
+            if nexts:
+                self._run(
+                    f"UNWIND $rows AS row MATCH (a:Record {{id: row.a}}), (b:Record {{id: row.b}}) {put} (a)-[:NEXT]->(b)",
+                    {"rows": nexts},
+                )
+            derived = [{"a": r.id, "b": src} for r in records for src in r.derived_from]
+            if derived:
+                self._run(
+                    "UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b}) "
+                    f"{put} (a)-[:DERIVED_FROM]->(b)",
+                    {"rows": derived},
+                )
+            entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
+            if entities:
+                self._run(
+                    "UNWIND $rows AS row MERGE (e:Entity {id: row.id}) SET e.user = row.user, "
+                    "e.etype = CASE WHEN row.etype = '' THEN e.etype ELSE row.etype END",
+                    {"rows": [{"id": e, "user": u, "etype": t} for e, u, t in entities]},
+                )
+                mentions = [{"r": r.id, "e": m.entity, "role": m.role} for r in records for m in r.mentions]
+                self._run(
+                    "UNWIND $rows AS row MATCH (r:Record {id: row.r}), (e:Entity {id: row.e}) "
+                    f"{put} (r)-[m:MENTIONS]->(e) SET m.role = row.role",
+                    {"rows": mentions},
+                )
+            relations = [
+                {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
+                for r in records
+                for rel in r.relations
+            ]
+            if relations:
+                self._run(
+                    "UNWIND $rows AS row MATCH (a:Entity {id: row.a}), (b:Entity {id: row.b}) "
+                    "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
+                    {"rows": relations},
+                )
 
     def close_relation(self, fact_id: str, valid_to: int) -> None:
         """Mark the edges a superseded fact created as no longer valid."""
@@ -163,10 +182,11 @@ class GraphIndex:
         """Detach-delete records, then drop sessions and entities nothing points at any more."""
         if not ids:
             return 0
-        found = self._run("MATCH (r:Record) WHERE r.id IN $ids RETURN count(r)", {"ids": ids})[0][0]
-        self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
-        self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
-        self._drop_orphans()
+        with self._transaction():
+            found = self._run("MATCH (r:Record) WHERE r.id IN $ids RETURN count(r)", {"ids": ids})[0][0]
+            self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
+            self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
+            self._drop_orphans()
         return int(found)
 
     def _drop_orphans(self) -> None:
@@ -175,10 +195,11 @@ class GraphIndex:
 
     def drop_user(self, user: str) -> int:
         """Delete everything of one user."""
-        found = self._run("MATCH (r:Record {user: $u}) RETURN count(r)", {"u": user})[0][0]
-        self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
-        self._run("MATCH (e:Entity {user: $u}) DETACH DELETE e", {"u": user})
-        self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
+        with self._transaction():
+            found = self._run("MATCH (r:Record {user: $u}) RETURN count(r)", {"u": user})[0][0]
+            self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
+            self._run("MATCH (e:Entity {user: $u}) DETACH DELETE e", {"u": user})
+            self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
         return int(found)
 
     def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:

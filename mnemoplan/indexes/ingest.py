@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 
 from mnemoplan.extract.names import mentions_for
+from mnemoplan.extract.sentences import split_sentences
 from mnemoplan.extract.times import event_span, find_times
-from mnemoplan.indexes.documents import spoken
-from mnemoplan.indexes.lance_log import sql_in, sql_str
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import Record
 
@@ -66,18 +65,21 @@ class Ingestor:
         self.store = store
         self.embed = embed
 
-    def _existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
-        """Ids of memories already stored, by content hash and by ``src:<source id>``."""
-        clauses = [sql_in("content_hash", hashes)]
-        if sources:
-            clauses.append(f"(session_id = {sql_str(session_id)} AND {sql_in('source_id', sources)})")
-        where = f"user_id = {sql_str(user_id)} AND ({' OR '.join(clauses)})"
-        out: dict[str, str] = {}
-        for row in self.store.log.select(where, ["id", "content_hash", "source_id", "session_id"]):
-            out[row["content_hash"]] = row["id"]
-            if row["source_id"] and row["session_id"] == session_id:
-                out[f"src:{row['source_id']}"] = row["id"]
-        return out
+    def embed_records(self, records: list[Record]) -> np.ndarray:
+        """One vector per record: the normalised mean of its sentences' embeddings."""
+        texts: list[str] = []
+        owner: list[int] = []
+        for i, rec in enumerate(records):
+            prefix = f"{rec.speaker}: " if rec.speaker else ""
+            for sentence in split_sentences(rec.text):
+                texts.append(prefix + sentence)
+                owner.append(i)
+        vectors = self.embed(texts)
+        sums = np.zeros((len(records), vectors.shape[1]), dtype=np.float32)
+        np.add.at(sums, np.asarray(owner), vectors)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return sums / norms
 
     def ingest(
         self, user_id: str, memories: list[NewMemory], *, session_id: str = "", project_id: str = ""
@@ -86,7 +88,7 @@ class Ingestor:
         now = datetime.now(UTC)
         hashes = [content_hash(user_id, project_id, session_id, m) for m in memories]
         sources = [m.source_id for m in memories if m.source_id]
-        existing = self._existing(user_id, session_id, hashes, sources)
+        existing = self.store.existing(user_id, session_id, hashes, sources)
         known = list(self.store.catalog(user_id).entities)
         ids: list[str] = []
         fresh: list[Record] = []
@@ -126,6 +128,5 @@ class Ingestor:
             fresh.append(rec)
         if not fresh:
             return IngestResult(ids, [], duplicates)
-        embeddings = self.embed([spoken(r) for r in fresh])
-        stored = self.store.append(fresh, embeddings)
+        stored = self.store.append(fresh, self.embed_records(fresh))
         return IngestResult(ids, stored, duplicates)

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,15 +101,67 @@ def _row_to_record(row: dict[str, Any]) -> Record:
     return Record.model_validate(data)
 
 
+class RecordCache:
+    """Recently read records by id, so ranking does not pay a LanceDB round trip per query.
+
+    Records are immutable except through this module's update methods, which evict them;
+    a cache entry is therefore never stale.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[str, Record] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(self, user_id: str, ids: list[str]) -> tuple[dict[str, Record], list[str]]:
+        """(cached records of this user, ids still to read)."""
+        found: dict[str, Record] = {}
+        missing: list[str] = []
+        with self._lock:
+            for rid in ids:
+                rec = self._items.get(rid)
+                if rec is not None and rec.user_id == user_id:
+                    self._items.move_to_end(rid)
+                    found[rid] = rec
+                else:
+                    missing.append(rid)
+        return found, missing
+
+    def put(self, records: list[Record]) -> None:
+        """Remember records just read."""
+        if self._capacity <= 0:
+            return
+        with self._lock:
+            for rec in records:
+                self._items[rec.id] = rec
+                self._items.move_to_end(rec.id)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def evict(self, ids: list[str] | None = None, user_id: str | None = None) -> None:
+        """Drop some records, a user's records, or everything."""
+        with self._lock:
+            if ids is not None:
+                for rid in ids:
+                    self._items.pop(rid, None)
+            elif user_id is not None:
+                for rid in [r for r, rec in self._items.items() if rec.user_id == user_id]:
+                    del self._items[rid]
+            else:
+                self._items.clear()
+
+
 class LanceLog:
     """The record log in one LanceDB database.
 
     Args:
         path: Directory of the LanceDB database.
         ann_min_rows: Build an approximate vector index once the table has this many rows.
+        cache_records: Records kept in memory for hydration (0 disables the cache).
     """
 
-    def __init__(self, path: Path, *, ann_min_rows: int = 50_000) -> None:
+    def __init__(self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000) -> None:
+        self.cache = RecordCache(cache_records)
         path.mkdir(parents=True, exist_ok=True)
         self._db = lancedb.connect(str(path))
         self._ann_min_rows = ann_min_rows
@@ -180,6 +233,7 @@ class LanceLog:
         """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten)."""
         if self._table is None:
             return
+        self.cache.evict(list(ids_to_vectors))
         for rid, (prev_id, vector) in ids_to_vectors.items():
             self._table.update(
                 where=f"id = {sql_str(rid)}",
@@ -188,16 +242,19 @@ class LanceLog:
 
     def set_superseded(self, rid: str, by_id: str, valid_to: datetime) -> None:
         """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
+        self.cache.evict([rid])
         if self._table is not None:
             self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
 
     def bump_mentions(self, rid: str, count: int) -> None:
         """Set a record's mention count (a near-duplicate fact reinforced it)."""
+        self.cache.evict([rid])
         if self._table is not None:
             self._table.update(where=f"id = {sql_str(rid)}", values={"mention_count": count})
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""
+        self.cache.evict(ids)
         if self._table is None or not ids:
             return 0
         deleted = 0
@@ -210,6 +267,7 @@ class LanceLog:
 
     def delete_where(self, where: str) -> None:
         """Delete every record matching a filter."""
+        self.cache.evict()
         if self._table is not None:
             self._table.delete(where)
 
@@ -299,8 +357,12 @@ class LanceLog:
         """Records of one user by id; unknown ids are absent from the result."""
         if not ids:
             return {}
-        where = f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}"
-        return {rec.id: rec for rec in self.records(where)}
+        found, missing = self.cache.get_many(user_id, ids)
+        if missing:
+            read = self.records(f"user_id = {sql_str(user_id)} AND {sql_in('id', missing)}")
+            self.cache.put(read)
+            found.update({rec.id: rec for rec in read})
+        return found
 
     def vectors(self, user_id: str, ids: list[str], column: str = "embedding") -> dict[str, np.ndarray]:
         """Stored vectors of some records."""

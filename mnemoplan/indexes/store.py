@@ -11,8 +11,9 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +55,77 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
+class OverlayQueue:
+    """Overlay writes, in order, on one background thread; readers wait for their user's writes.
+
+    ``remember`` returns once the log (the source of truth) has the records; the BM25 and
+    graph overlays follow in the background, overlapping the caller's next embedding. A
+    read waits for the pending writes of its user first, so every read sees every write
+    that returned before it.
+    """
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-overlays")
+        self._pending: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self.failures: list[str] = []
+
+    def submit(self, user_id: str, job: Callable[[], None]) -> None:
+        """Queue an overlay write of one user."""
+        with self._cond:
+            self._pending[user_id] = self._pending.get(user_id, 0) + 1
+
+        def run() -> None:
+            try:
+                job()
+            except Exception as exc:  # the journal intent stays; repair brings the overlay back
+                log.exception("an overlay write failed; it will be repaired")
+                self.failures.append(f"an index write failed ({type(exc).__name__}); it is repaired on restart")
+            finally:
+                with self._cond:
+                    self._pending[user_id] -= 1
+                    if not self._pending[user_id]:
+                        del self._pending[user_id]
+                    self._cond.notify_all()
+
+        self._executor.submit(run)
+
+    def wait(self, user_id: str | None = None) -> None:
+        """Block until the user's (or everyone's) queued writes are done."""
+        with self._cond:
+            if user_id is None:
+                self._cond.wait_for(lambda: not self._pending)
+            else:
+                self._cond.wait_for(lambda: user_id not in self._pending)
+
+    def close(self) -> None:
+        """Finish every queued write."""
+        self.wait()
+        self._executor.shutdown(wait=True)
+
+
+@dataclass
+class UserLedger:
+    """What writes need to know of a user's log without querying it: identities and session tails.
+
+    Loaded from the log on a user's first write, kept current by appends, dropped by deletes.
+    """
+
+    by_hash: dict[str, str] = field(default_factory=dict)
+    by_source: dict[tuple[str, str], str] = field(default_factory=dict)
+    session_tail: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def note(self, rec: Record) -> None:
+        """Account for a stored record."""
+        self.by_hash[rec.content_hash] = rec.id
+        if rec.source_id:
+            self.by_source[(rec.session_id, rec.source_id)] = rec.id
+        if rec.kind == "message":
+            tail = self.session_tail.get(rec.session_id)
+            if tail is None or rec.seq > tail[0]:
+                self.session_tail[rec.session_id] = (rec.seq, rec.id)
+
+
 class MemoryStore:
     """The log plus the BM25 and graph overlays under one data directory.
 
@@ -61,9 +133,17 @@ class MemoryStore:
         data_dir: Root directory; created if missing and locked for this process.
         context_weight: How far a message's search vector leans towards the previous turn.
         ann_min_rows: Rows at which the log builds an approximate vector index.
+        commit_interval_s: Longest a burst of writes defers the BM25 commit.
     """
 
-    def __init__(self, data_dir: Path, *, context_weight: float = 0.3, ann_min_rows: int = 50_000) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        context_weight: float = 0.3,
+        ann_min_rows: int = 50_000,
+        commit_interval_s: float = 0.5,
+    ) -> None:
         self.data_dir = data_dir
         self._lock_fd = _lock_data_dir(data_dir)
         try:
@@ -77,9 +157,17 @@ class MemoryStore:
         self.context_weight = context_weight
         self._write_lock = threading.RLock()
         self._last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
+        self._ledgers: dict[str, UserLedger] = {}
         self.catalogs = CatalogCache(self._load_mentions)
         self._writes_since_compact = 0
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mnemoplan-write")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-graph-write")
+        self.overlays = OverlayQueue()
+        self.commit_interval_s = commit_interval_s
+        self._flush_lock = threading.Lock()
+        self._uncommitted: dict[str, list[Intent]] = {}
+        self._last_commit: dict[str, float] = {}
+        self._flush_timers: dict[str, threading.Timer] = {}
+        self._closing = False
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -98,19 +186,38 @@ class MemoryStore:
         """The user's entity catalog."""
         return self.catalogs.get(user_id)
 
+    def ledger(self, user_id: str) -> UserLedger:
+        """The user's identities and session tails (read from the log once)."""
+        ledger = self._ledgers.get(user_id)
+        if ledger is None:
+            ledger = UserLedger()
+            columns = ["id", "content_hash", "source_id", "session_id", "seq", "kind"]
+            for rows in self.log.scan(f"user_id = {sql_str(user_id)}", columns):
+                for row in rows:
+                    ledger.note(Record.model_construct(**row))
+            self._ledgers[user_id] = ledger
+        return ledger
+
+    def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
+        """Ids already stored, by content hash and by ``src:<source id>`` within the session."""
+        ledger = self.ledger(user_id)
+        out = {h: ledger.by_hash[h] for h in hashes if h in ledger.by_hash}
+        for src in sources:
+            rid = ledger.by_source.get((session_id, src))
+            if rid:
+                out[f"src:{src}"] = rid
+        return out
+
     def _previous(self, rec: Record) -> tuple[Record | None, np.ndarray | None]:
         """The last message stored in the record's session, with its embedding."""
         key = (rec.user_id, rec.session_id)
         cached = self._last.get(key)
         if cached is not None:
             return cached
-        where = (
-            f"user_id = {sql_str(rec.user_id)} AND session_id = {sql_str(rec.session_id)} AND kind = 'message'"
-        )
-        rows = self.log.select(where, ["id", "seq"])
-        if not rows:
+        tail = self.ledger(rec.user_id).session_tail.get(rec.session_id)
+        if tail is None:
             return None, None
-        last_id = max(rows, key=lambda r: r["seq"])["id"]
+        last_id = tail[1]
         prev = self.log.get(rec.user_id, [last_id]).get(last_id)
         emb = self.log.vectors(rec.user_id, [last_id]).get(last_id)
         if prev is None or emb is None:
@@ -131,6 +238,9 @@ class MemoryStore:
         """
         if not records:
             return []
+        user_id = records[0].user_id
+        if any(r.user_id != user_id for r in records):
+            raise ValueError("append() takes the records of one user")
         with self._write_lock:
             seqs = self.log.next_seqs(len(records))
             stored: list[Record] = []
@@ -146,26 +256,71 @@ class MemoryStore:
                     self._last[(rec.user_id, rec.session_id)] = (rec, embeddings[i])
                 stored.append(rec)
                 prevs.append(prev)
-            user_keys = {uid: self.keys(uid) for uid in {r.user_id for r in stored}}
+            keys = self.keys(user_id)
+            assert keys is not None
             docs = [bm25_doc(r, p) for r, p in zip(stored, prevs, strict=True)]
-            nodes = [graph_record(r, user_keys[r.user_id]) for r in stored]  # type: ignore[arg-type]
-            intent = self.journal.begin(Intent("add", stored[0].user_id, [r.id for r in stored]))
+            nodes = [graph_record(r, keys) for r in stored]
+            intent = self.journal.begin(Intent("add", user_id, [r.id for r in stored]))
             try:
-                # The three stores are independent native libraries: write them concurrently.
-                # The intent covers any order of partial failure (repair reconciles with the log).
-                pending = [self._pool.submit(self.bm25.add, docs), self._pool.submit(self.graph.add, nodes)]
                 self.log.add(stored, embeddings, vectors)
-                for future in pending:
-                    future.result()
             except BaseException:
-                # The intent stays: start-up repair makes the stores agree again.
                 self._last.clear()
-                raise
-            self.journal.done(intent)
+                self._ledgers.pop(user_id, None)
+                raise  # the intent stays: repair removes whatever reached a store
+            ledger = self.ledger(user_id)
             for rec in stored:
+                ledger.note(rec)
                 self.catalogs.add(rec.user_id, rec.entities)
             self._writes_since_compact += 1
+
+        def write_overlays() -> None:
+            # Two independent native libraries: write them concurrently. If either fails the
+            # intent stays, and repair (now, else at start-up) reconciles the overlays with the log.
+            graph = self._pool.submit(self.graph.add, nodes, fresh=True)
+            try:
+                self.bm25.add(docs, commit=False)
+                graph.result()
+            except Exception:
+                with self._write_lock:
+                    self._repair_add(intent)  # rebuilds the user's BM25 index: covers every pending add
+                log.warning("an overlay write failed and was repaired from the log")
+            self._bm25_pending(user_id, intent)
+
+        self.overlays.submit(user_id, write_overlays)
         return stored
+
+    # BM25 commits are batched: a commit costs 10-20 ms, so during a burst of writes they
+    # happen at most every ``commit_interval_s``; a read commits at once what it must see.
+    # An add's journal intent is closed only once a commit covers it.
+
+    def _bm25_pending(self, user_id: str, intent: Intent) -> None:
+        with self._flush_lock:
+            self._uncommitted.setdefault(user_id, []).append(intent)
+            due = time.monotonic() - self._last_commit.get(user_id, 0.0) >= self.commit_interval_s
+            if not due and user_id not in self._flush_timers and not self._closing:
+                timer = threading.Timer(self.commit_interval_s, self._flush_later, args=(user_id,))
+                timer.daemon = True
+                self._flush_timers[user_id] = timer
+                timer.start()
+        if due:
+            self._flush_bm25(user_id)
+
+    def _flush_later(self, user_id: str) -> None:
+        with self._flush_lock:
+            self._flush_timers.pop(user_id, None)
+            if self._closing:
+                return
+        self.overlays.submit(user_id, lambda: self._flush_bm25(user_id))
+
+    def _flush_bm25(self, user_id: str) -> None:
+        with self._flush_lock:
+            intents = self._uncommitted.pop(user_id, [])
+        if not intents:
+            return
+        self.bm25.commit(user_id)
+        self._last_commit[user_id] = time.monotonic()
+        for intent in intents:
+            self.journal.done(intent)
 
     def supersede(self, old: Record, new_id: str) -> None:
         """Close an old fact's validity in favour of a newer one (history stays queryable)."""
@@ -182,6 +337,7 @@ class MemoryStore:
         overlay keeps a trace of the deleted text.
         """
         report = DeleteReport()
+        self.wait_for_writes(user_id)
         with self._write_lock:
             all_ids = self._with_derived(user_id, ids)
             if not all_ids:
@@ -245,11 +401,13 @@ class MemoryStore:
         self.log.purge()
         self.graph.checkpoint()
         self.catalogs.invalidate(user_id)
+        self._ledgers.pop(user_id, None)
         self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
 
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret."""
         report = DeleteReport()
+        self.wait_for_writes(user_id)
         with self._write_lock:
             where = f"user_id = {sql_str(user_id)}"
             report.ids = [row["id"] for row in self.log.select(where, ["id"])]
@@ -280,6 +438,7 @@ class MemoryStore:
     def rebuild(self, user_id: str | None = None) -> dict[str, int]:
         """Rebuild every overlay of one user (or of all users) from the log."""
         out: dict[str, int] = {}
+        self.wait_for_writes()
         with self._write_lock:
             for uid in [user_id] if user_id else self.log.user_ids():
                 records = self.user_records(uid)
@@ -291,6 +450,7 @@ class MemoryStore:
                 out[uid] = len(records)
             self.graph.checkpoint()
             self._last.clear()
+            self._ledgers.clear()
         return out
 
     def repair(self) -> int:
@@ -320,14 +480,30 @@ class MemoryStore:
         self.graph.add([graph_record(r, keys) for r in sorted(present.values(), key=lambda r: r.seq)])
         self.catalogs.invalidate(intent.user_id)
 
+    def wait_for_writes(self, user_id: str | None = None) -> None:
+        """Read-your-writes: block until the user's (or everyone's) writes are searchable."""
+        self.overlays.wait(user_id)
+        with self._flush_lock:
+            users = [user_id] if user_id is not None else list(self._uncommitted)
+        for uid in users:
+            self._flush_bm25(uid)
+
     def maintain(self) -> None:
         """Periodic upkeep: compact the log's small fragments and build the ANN index when due."""
+        self.wait_for_writes()
         with self._write_lock:
             self.log.maybe_build_ann_index() or self.log.compact()
             self._writes_since_compact = 0
 
     def close(self) -> None:
         """Flush and release every store and the data-directory lock."""
+        self.wait_for_writes()
+        with self._flush_lock:
+            self._closing = True
+            for timer in self._flush_timers.values():
+                timer.cancel()
+        self.overlays.close()
+        self.wait_for_writes()
         with self._write_lock:
             self._pool.shutdown(wait=True)
             self.bm25.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,18 +17,62 @@ class RankingConfig:
 
     Attributes:
         context_propagation: Share of the next turn's score a turn inherits (the answer
-            often sits one turn before the words that match the question).
+            often sits one turn before the words that match the question, or after them).
+        context_backward: The same from the previous turn, as a fraction of the above.
+        session_weight: Weight of the session prior: a turn in a session where several
+            turns match gains (evidence clusters in sessions).
+        session_top: How many of a session's best candidates make its score.
         recency_half_life_days: Half-life of the recency prior; 0 turns it off.
         recency_weight: Weight of the recency prior.
         importance_weight: Weight of the stored importance.
         superseded_factor: Multiplier of a fact that a newer fact replaced.
     """
 
-    context_propagation: float = 0.3
+    context_propagation: float = 0.5
+    context_backward: float = 0.5
+    session_weight: float = 0.2
+    session_top: int = 3
     recency_half_life_days: float = 0.0
     recency_weight: float = 0.1
     importance_weight: float = 0.0
     superseded_factor: float = 0.5
+
+
+def _add(cand: Candidate, signal: str, value: float) -> None:
+    cand.scores[signal] = round(cand.scores.get(signal, 0.0) + value, 4)
+    cand.score += value
+
+
+def expand_context(live: dict[str, Candidate], records: dict[str, Record], config: RankingConfig) -> None:
+    """Each turn inherits part of the best score of its neighbours in the conversation."""
+    if config.context_propagation <= 0:
+        return
+    base = {rid: c.score for rid, c in live.items()}
+    next_of = {records[rid].prev_id: rid for rid in live if records[rid].prev_id}
+    for rid, cand in live.items():
+        after = base.get(next_of.get(rid, ""), 0.0)
+        before = base.get(records[rid].prev_id, 0.0) * config.context_backward
+        bonus = config.context_propagation * max(after, before)
+        if bonus > 0:
+            _add(cand, "context", bonus)
+
+
+def session_prior(live: dict[str, Candidate], records: dict[str, Record], config: RankingConfig) -> None:
+    """Turns gain with the strength of their session among the candidates."""
+    if config.session_weight <= 0:
+        return
+    by_session: dict[str, list[float]] = defaultdict(list)
+    for rid, cand in live.items():
+        if records[rid].session_id:
+            by_session[records[rid].session_id].append(cand.score)
+    if not by_session:
+        return
+    strength = {s: sum(sorted(v, reverse=True)[: config.session_top]) / config.session_top for s, v in by_session.items()}
+    top = max(strength.values()) or 1.0
+    for rid, cand in live.items():
+        session = records[rid].session_id
+        if session:
+            _add(cand, "session", config.session_weight * strength[session] / top)
 
 
 def rank(
@@ -35,26 +80,15 @@ def rank(
 ) -> list[Candidate]:
     """Score and order candidates whose records are known; the others are dropped."""
     live = {rid: c for rid, c in cands.items() if rid in records}
-    base = {rid: c.score for rid, c in live.items()}
-    if config.context_propagation > 0:
-        for rid, cand in live.items():
-            prev = records[rid].prev_id
-            if prev in live:
-                bonus = config.context_propagation * base[rid]
-                if bonus > live[prev].scores.get("context", 0.0):
-                    old = live[prev].scores.get("context", 0.0)
-                    live[prev].scores["context"] = round(bonus, 4)
-                    live[prev].score += bonus - old
+    expand_context(live, records, config)
+    session_prior(live, records, config)
     for rid, cand in live.items():
         rec = records[rid]
         if config.recency_half_life_days > 0:
             age_days = max(0.0, (now - rec.occurred_at).total_seconds() / 86400)
-            prior = math.pow(0.5, age_days / config.recency_half_life_days)
-            cand.scores["recency"] = round(prior, 4)
-            cand.score += config.recency_weight * prior
+            _add(cand, "recency", config.recency_weight * math.pow(0.5, age_days / config.recency_half_life_days))
         if config.importance_weight > 0:
-            cand.scores["importance"] = round(rec.importance, 4)
-            cand.score += config.importance_weight * rec.importance
+            _add(cand, "importance", config.importance_weight * rec.importance)
         if rec.superseded_by:
             cand.score *= config.superseded_factor
     return sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))

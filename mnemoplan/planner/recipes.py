@@ -17,18 +17,18 @@ RECALL = QueryPlan(
 )  # fmt: skip
 
 ENTITY_STEP = PlanStep(
-    step_id="entities", index="entity_graph", params={"top_k": 300}, weight=0.1,
+    step_id="entities", index="entity_graph", params={"top_k": 300}, weight=0.05,
     rationale="records linked to the entities the query names",
 )  # fmt: skip
 
 TIME_WINDOW_STEP = PlanStep(
-    step_id="time", index="temporal", params={"top_k": 300}, weight=0.15,
+    step_id="time", index="temporal", params={"top_k": 300}, weight=0.2,
     rationale="records in the time window the query names",
 )  # fmt: skip
 
 DATED_STEP = PlanStep(
     step_id="dated", index="temporal", params={"dated_only": True, "top_k": 120},
-    depends_on=["bm25", "semantic"], weight=0.1,
+    depends_on=["bm25", "semantic"], weight=0.2,
     rationale="a 'when' question wants a memory that carries a date",
 )  # fmt: skip
 

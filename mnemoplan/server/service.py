@@ -88,6 +88,12 @@ class MemoryService:
     def _user(self, user_id: str | None) -> str:
         return check_scope(user_id or self.default_user_id, what="user_id", required=True)
 
+    def _reader(self, user_id: str | None) -> str:
+        """The user of a read, once every write of theirs that returned is visible."""
+        user = self._user(user_id)
+        self.store.wait_for_writes(user)
+        return user
+
     def _query(self, query: str) -> str:
         return check_text(query, what="query", max_chars=self.limits.max_query_chars)
 
@@ -172,7 +178,7 @@ class MemoryService:
         Raises:
             InvalidInput: bad query, limit, scope or time range.
         """
-        user = self._user(user_id)
+        user = self._reader(user_id)
         query = self._query(query)
         limit = self.limits.recall_default_limit if limit is None else limit
         if not 1 <= limit <= self.limits.recall_max_limit:
@@ -198,7 +204,7 @@ class MemoryService:
             InvalidInput: bad arguments.
             InvalidPlan: a caller plan that does not validate.
         """
-        user = self._user(user_id)
+        user = self._reader(user_id)
         query = self._query(query)
         if not 1 <= max_results <= self.limits.deep_max_results:
             raise InvalidInput(
@@ -216,7 +222,7 @@ class MemoryService:
         Raises:
             InvalidPlan: unknown index or parameter.
         """
-        user = self._user(user_id)
+        user = self._reader(user_id)
         query = self._query(query)
         return self.recall_pipeline.single_index(index, query, Scope(user), params or {})
 
@@ -279,7 +285,7 @@ class MemoryService:
 
     def explain_plan(self, query: str, *, user_id: str | None = None) -> ExplainPlanResult:
         """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
-        user = self._user(user_id)
+        user = self._reader(user_id)
         query = self._query(query)
         return self.deep.explain(query, user)
 
