@@ -12,8 +12,10 @@ import hashlib
 import logging
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +51,29 @@ def _native_bf16(torch: Any) -> bool:
     """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX)."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def _single_text_forward(model: Any, torch: Any) -> Any:
+    """A direct forward pass for one text, skipping sentence-transformers' batching (1.5 ms less).
+
+    Only for the plain Transformer -> mean Pooling -> Normalize pipeline (MiniLM's), whose
+    result it reproduces exactly; any other model keeps ``encode``.
+    """
+    names = [type(module).__name__ for module in model]
+    pooling = model[1] if len(names) > 1 else None
+    mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
+    if names[:3] != ["Transformer", "Pooling", "Normalize"] or mode != "mean":
+        return None
+    tokenizer, bert = model[0].tokenizer, model[0].auto_model
+    max_length = model[0].max_seq_length
+
+    def forward(text: str) -> np.ndarray:
+        with torch.inference_mode():
+            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=max_length)
+            hidden = bert(**enc).last_hidden_state[0].float()
+            return hidden.mean(0).numpy()
+
+    return forward
 
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
@@ -118,17 +143,21 @@ class SentenceEmbedder:
         self.name = model
         self._batch_size = batch_size
         self._threads = threads
+        self._batch_threads = 1
+        self._single: Any = None
         self._precision = precision
         self._autocast: Any = None
         self._timeout = load_timeout_s
         self._model: Any = None
         self._error: BaseException | None = None
         self._loaded = threading.Event()
-        self._lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
-        self._thread = threading.Thread(target=self._load, name="mnemoplan-embedder-load", daemon=True)
-        self._thread.start()
+        # Every torch call runs on this one thread. Called from many threads, torch gives
+        # each its own OpenMP team, and their spinning workers halve the speed of all of
+        # them on a 2-core machine (query embedding 5 ms -> 11 ms, measured).
+        self._torch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-torch")
+        self._torch.submit(self._load)
 
     def _resolve_path(self) -> str:
         if self.name in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}"):
@@ -152,6 +181,7 @@ class SentenceEmbedder:
 
             if self._threads:
                 torch.set_num_threads(self._threads)
+            self._batch_threads = torch.get_num_threads()
             model = SentenceTransformer(path, device="cpu")
             model.eval()
             if self._precision == "bf16" or (self._precision == "auto" and _native_bf16(torch)):
@@ -159,6 +189,7 @@ class SentenceEmbedder:
             dim = model.get_embedding_dimension()
             if dim:
                 self.dim = int(dim)
+            self._single = _single_text_forward(model, torch)
             self._model = model
             log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
         except BaseException as exc:  # reported to every caller of embed()
@@ -184,15 +215,26 @@ class SentenceEmbedder:
         model = self._require()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock, (self._autocast() if self._autocast else contextlib.nullcontext()):
-            # One forward pass at a time: torch already uses every core.
-            vectors = model.encode(
-                texts,
-                batch_size=self._batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+
+        def forward() -> np.ndarray:
+            # A single query runs on one core: other signals of the same recall run on the
+            # other one, and a two-thread forward pass stalls whenever a core is taken.
+            torch = sys.modules["torch"]
+            want = 1 if len(texts) == 1 else self._batch_threads
+            if torch.get_num_threads() != want:
+                torch.set_num_threads(want)
+            with self._autocast() if self._autocast else contextlib.nullcontext():
+                if len(texts) == 1 and self._single is not None:
+                    return self._single(texts[0])[None, :]
+                return model.encode(
+                    texts,
+                    batch_size=self._batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+
+        vectors = self._torch.submit(forward).result()
         return _normalise(np.asarray(vectors, dtype=np.float32))
 
     def clear_cache(self) -> None:

@@ -86,6 +86,9 @@ class GraphIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
         self._conn = kuzu.Connection(self._db)
+        # Our queries are small; one thread each keeps Kùzu from competing with the
+        # embedding and the other signals of the same recall for the two cores.
+        self._conn.set_max_threads_for_exec(1)
         self._lock = threading.RLock()
         for statement in _SCHEMA:
             self._conn.execute(statement)
@@ -232,16 +235,22 @@ class GraphIndex:
         """Every record id of a user in the graph."""
         return {row[0] for row in self._run("MATCH (r:Record {user: $u}) RETURN r.id", {"u": user})}
 
-    def entity_records(self, user: str, entities: list[str], limit: int = 500) -> list[tuple[str, str, str]]:
-        """Records that mention (or are said by) any of the entities: (record, entity, role)."""
+    def entity_records(
+        self, user: str, entities: list[str], limit: int = 500, roles: list[str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """Records that mention (or are said by) any of the entities: (record, entity, role), newest first."""
         if not entities:
             return []
+        role_filter = "AND m.role IN $roles " if roles else ""
+        params: dict[str, Any] = {"es": entities, "u": user, "k": limit}
+        if roles:
+            params["roles"] = roles
         return [
             (row[0], row[1], row[2])
             for row in self._run(
                 "MATCH (r:Record)-[m:MENTIONS]->(e:Entity) WHERE e.id IN $es AND e.user = $u "
-                "RETURN r.id, e.id, m.role ORDER BY r.seq DESC LIMIT $k",
-                {"es": entities, "u": user, "k": limit},
+                f"{role_filter}RETURN r.id, e.id, m.role ORDER BY r.seq DESC LIMIT $k",
+                params,
             )
         ]
 

@@ -45,9 +45,25 @@ class TemporalIndex(SearchIndex):
             start, end = req.analysis.time_window.start, req.analysis.time_window.end
         return start, end
 
+    def _dated_upstream(self, req: SearchRequest, start: datetime | None, end: datetime | None) -> list[Hit]:
+        """The dated records among those earlier steps found (read through the log's record cache)."""
+        ids = list(dict.fromkeys(h.id for h in req.upstream))
+        records = self._log.get(req.user_id, ids)
+        hits = []
+        for rid in ids:
+            rec = records.get(rid)
+            if rec is None or rec.event_start is None or rec.event_end is None:
+                continue
+            if (start and rec.event_end <= start) or (end and rec.event_start >= end):
+                continue
+            hits.append(Hit(rid, 1.0, self.name))
+        return hits[: int(self.param(req, "top_k"))]
+
     def search(self, req: SearchRequest) -> list[Hit]:
         start, end = self.window(req)
         dated_only = bool(self.param(req, "dated_only"))
+        if dated_only and req.upstream:
+            return self._dated_upstream(req, start, end)
         if start is None and end is None and not (dated_only and req.upstream):
             return []
         said, event = [], ["event_start IS NOT NULL"]

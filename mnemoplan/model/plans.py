@@ -26,6 +26,7 @@ class EntityRef(BaseModel):
     name: str = Field(description="The name as the user's memory knows it, else as written.")
     mention: str = Field("", description="The words of the query that named it.")
     known: bool = Field(False, description="True when the entity exists in this user's memory.")
+    participant: bool = Field(False, description="True for someone who speaks in the user's conversations.")
     type: str = ""
 
 

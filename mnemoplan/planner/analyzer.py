@@ -40,6 +40,12 @@ _LIST_RE = re.compile(
     r"|\bwho are (my|her|his|their)\b|\bwhat (kinds?|types?|sorts?) of\b",
     re.I,
 )
+# "What books has ...", "Which classical musicians does ...": a plural noun asked for.
+_PLURAL_ASK_RE = re.compile(
+    r"^\s*(what|which)\s+(?:[a-z]+\s+)?(?!(?:is|was|has|does|this|its|his|us)\b)[a-z]{2,}[^s\W]s\s+"
+    r"(has|have|does|do|did|are|were|would|might|could|can|will|should)\b",
+    re.I,
+)
 _BROAD_RE = re.compile(
     r"\b(everything|all you know|anything) (about|on|regarding)\b|\btell me (all )?about\b|\bsummar(y|ize|ise)\b"
     r"|\bwhat do (you|we) know about\b|\boverview of\b",
@@ -118,7 +124,10 @@ class QueryAnalyzer:
                 key = aliases.get(entity_key(mention))
                 if key and key not in found and not any(mention in ref.mention for ref in found.values()):
                     info = catalog.entities[key]
-                    found[key] = EntityRef(key=key, name=info.name, mention=mention, known=True, type=info.type)
+                    found[key] = EntityRef(
+                        key=key, name=info.name, mention=mention, known=True, type=info.type,
+                        participant=info.spoke > 0,
+                    )  # fmt: skip
         for key, name in extract_names(query):
             if key not in found and aliases.get(key) is None:
                 found[key] = EntityRef(key=key, name=name, mention=name, known=False)
@@ -133,7 +142,7 @@ class QueryAnalyzer:
                 query=query, intent="smalltalk", skip_retrieval=True, reference_time=now,
                 duration_ms=(time.perf_counter() - started) * 1000,
             )  # fmt: skip
-        is_list = bool(_LIST_RE.search(query))
+        is_list = bool(_LIST_RE.search(query) or _PLURAL_ASK_RE.search(query))
         answer_type = _answer_type(query, is_list)
         window = None
         times = find_times(query, now)

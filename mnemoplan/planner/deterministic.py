@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
-from mnemoplan.model import QueryAnalysis, QueryPlan
+from datetime import timedelta
+
+from mnemoplan.model import QueryAnalysis, QueryPlan, TimeWindow
 from mnemoplan.planner import recipes
+
+
+def window_weight(window: TimeWindow) -> float:
+    """How much a time window should count: the narrower, the more it says about the answer."""
+    if window.start is None or window.end is None:
+        return 0.2
+    width = window.end - window.start
+    if width <= timedelta(days=1):
+        return 1.0
+    if width <= timedelta(days=8):
+        return 0.6
+    if width <= timedelta(days=31):
+        return 0.4
+    return 0.2
 
 
 def recall_plan(analysis: QueryAnalysis, *, max_results: int, recipe: QueryPlan = recipes.RECALL) -> QueryPlan:
     """The plan ``recall`` runs for an analysed query.
 
-    Always keywords and vectors; the entity graph when the query names known entities;
+    Always keywords and vectors; the entity graph when the query names things or people
+    the memory knows (other than the conversation's participants, who are everywhere);
     the temporal index when it names a time, or asks "when".
     """
     steps = list(recipe.steps)
-    if any(e.known for e in analysis.entities):
+    if any(e.known and not e.participant for e in analysis.entities):
         steps.append(recipes.ENTITY_STEP)
     if analysis.time_window is not None:
-        steps.append(recipes.TIME_WINDOW_STEP)
+        steps.append(recipes.TIME_WINDOW_STEP.model_copy(update={"weight": window_weight(analysis.time_window)}))
     if analysis.answer_type == "date":
         steps.append(recipes.DATED_STEP)
     return recipe.model_copy(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from mnemoplan.model import Record
@@ -26,6 +26,10 @@ class RankingConfig:
         recency_weight: Weight of the recency prior.
         importance_weight: Weight of the stored importance.
         superseded_factor: Multiplier of a fact that a newer fact replaced.
+        list_context_factor: For a question asking for several things, the context
+            propagation is scaled by this (neighbours would crowd out other answers).
+        list_session_decay: For such a question, each further turn from an already
+            ranked session loses this share of its score (coverage across sessions).
     """
 
     context_propagation: float = 0.5
@@ -36,6 +40,8 @@ class RankingConfig:
     recency_weight: float = 0.1
     importance_weight: float = 0.0
     superseded_factor: float = 0.5
+    list_context_factor: float = 0.5
+    list_session_decay: float = 0.0
 
 
 def _add(cand: Candidate, signal: str, value: float) -> None:
@@ -75,11 +81,33 @@ def session_prior(live: dict[str, Candidate], records: dict[str, Record], config
             _add(cand, "session", config.session_weight * strength[session] / top)
 
 
+def diversify(ranked: list[Candidate], records: dict[str, Record], decay: float) -> list[Candidate]:
+    """Greedy re-order: a turn's score shrinks with how many of its session's turns rank above it."""
+    if decay <= 0:
+        return ranked
+    out: list[Candidate] = []
+    seen: dict[str, int] = defaultdict(int)
+    pool = list(ranked)
+    while pool:
+        best = max(pool, key=lambda c: c.score * (1 - decay) ** seen[records[c.id].session_id])
+        pool.remove(best)
+        out.append(best)
+        seen[records[best.id].session_id] += 1
+    return out
+
+
 def rank(
-    cands: dict[str, Candidate], records: dict[str, Record], config: RankingConfig, now: datetime
+    cands: dict[str, Candidate],
+    records: dict[str, Record],
+    config: RankingConfig,
+    now: datetime,
+    *,
+    wants_list: bool = False,
 ) -> list[Candidate]:
     """Score and order candidates whose records are known; the others are dropped."""
     live = {rid: c for rid, c in cands.items() if rid in records}
+    if wants_list:
+        config = replace(config, context_propagation=config.context_propagation * config.list_context_factor)
     expand_context(live, records, config)
     session_prior(live, records, config)
     for rid, cand in live.items():
@@ -91,4 +119,5 @@ def rank(
             _add(cand, "importance", config.importance_weight * rec.importance)
         if rec.superseded_by:
             cand.score *= config.superseded_factor
-    return sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))
+    ranked = sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))
+    return diversify(ranked, records, config.list_session_decay) if wants_list else ranked

@@ -174,7 +174,8 @@ class RecallPipeline:
         pool = sorted(cands.values(), key=lambda c: -c.score)[: config.candidate_pool]
         records = self.records.get(scope.user_id, [c.id for c in pool])
         records = {rid: rec for rid, rec in records.items() if scope.admits(rec)}
-        ranked = rank({c.id: c for c in pool}, records, config.ranking, now)[:limit]
+        wants_list = plan.expected_answer_type == "list"
+        ranked = rank({c.id: c for c in pool}, records, config.ranking, now, wants_list=wants_list)[:limit]
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)

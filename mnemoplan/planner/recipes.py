@@ -8,16 +8,16 @@ RECALL = QueryPlan(
     name="recall",
     query="",
     steps=[
-        PlanStep(step_id="bm25", index="bm25", params={"top_k": 60}, weight=0.5,
+        PlanStep(step_id="bm25", index="bm25", params={"top_k": 100}, weight=0.5,
                  rationale="keywords and names, with the previous turn as context"),
-        PlanStep(step_id="semantic", index="semantic", params={"top_k": 60}, weight=0.5,
+        PlanStep(step_id="semantic", index="semantic", params={"top_k": 100}, weight=0.5,
                  rationale="paraphrases the keywords miss"),
     ],
     combination_strategy="weighted_union",
 )  # fmt: skip
 
 ENTITY_STEP = PlanStep(
-    step_id="entities", index="entity_graph", params={"top_k": 300}, weight=0.05,
+    step_id="entities", index="entity_graph", params={"top_k": 100}, weight=0.1,
     rationale="records linked to the entities the query names",
 )  # fmt: skip
 
