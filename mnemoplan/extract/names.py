@@ -22,6 +22,7 @@ _NOT_NAMES = frozenset(
     monday tuesday wednesday thursday friday saturday sunday
     january february march april may june july august september october november december
     today tomorrow yesterday tonight morning evening night week weekend month year
+    last next this past whenever wherever however whatever anyway anyways honestly
     mr mrs ms dr
     """.split()
 )
@@ -42,7 +43,8 @@ def entity_key(name: str) -> str:
 
 
 def _clean(candidate: str) -> str:
-    words = candidate.split()
+    # "I" is never part of a name ("Whenever I", "Then I").
+    words = [w for w in candidate.split() if w not in ("I", "I'm", "I've", "I'll", "I'd")]
     while words and words[0].lower().strip("'’") in _NOT_NAMES:
         words = words[1:]
     while words and words[-1].lower() in {"of", "de", "da", "del", "van", "von", "la", "le", "the"}:
@@ -68,7 +70,8 @@ def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]
         if not key or key in _NOT_NAMES:
             continue
         at_start = bool(_SENTENCE_START.search(text[: match.start()]))
-        if at_start and name == match.group(0) and " " not in name and key not in known_keys:
+        bare = re.sub(r"['’]s$", "", match.group(0))
+        if at_start and name == bare and " " not in name and key not in known_keys:
             continue
         found.setdefault(key, name)
     if known_keys:

@@ -184,7 +184,7 @@ class BM25Index:
                 if handle.dirty:
                     handle.commit()
 
-    def delete(self, user_id: str, ids: list[str]) -> int:
+    def delete(self, user_id: str, ids: list[str], *, commit: bool = True) -> int:
         """Delete documents by id (soft: segments keep the bytes until ``rebuild``)."""
         handle = self._handle(user_id, create=False)
         if handle is None or not ids:
@@ -194,7 +194,9 @@ class BM25Index:
             present = sum(searcher.doc_freq("id", rid) for rid in ids)
             for rid in ids:
                 handle.writer.delete_documents_by_term("id", rid)
-            handle.commit()
+            handle.dirty = True
+            if commit:
+                handle.commit()
         return present
 
     def drop_user(self, user_id: str) -> None:

@@ -53,11 +53,14 @@ def _native_bf16(torch: Any) -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
-def _single_text_forward(model: Any, torch: Any) -> Any:
-    """A direct forward pass for one text, skipping sentence-transformers' batching (1.5 ms less).
+def _direct_forward(model: Any, torch: Any, batch_size: int) -> Any:
+    """A direct forward pass over the model's layers, for the plain Transformer -> mean Pooling
+    -> Normalize pipeline (MiniLM's), whose results it reproduces (cosine > 0.99999).
 
-    Only for the plain Transformer -> mean Pooling -> Normalize pipeline (MiniLM's), whose
-    result it reproduces exactly; any other model keeps ``encode``.
+    Faster than ``encode`` on CPU: texts are sorted by length and padded to a multiple of 16
+    tokens, so the few tensor shapes that occur reuse their compiled kernels (new shapes under
+    bfloat16 cost more than the arithmetic), and one text skips batching altogether. Any other
+    model keeps ``encode``.
     """
     names = [type(module).__name__ for module in model]
     pooling = model[1] if len(names) > 1 else None
@@ -67,11 +70,20 @@ def _single_text_forward(model: Any, torch: Any) -> Any:
     tokenizer, bert = model[0].tokenizer, model[0].auto_model
     max_length = model[0].max_seq_length
 
-    def forward(text: str) -> np.ndarray:
+    def forward(texts: list[str]) -> np.ndarray:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
         with torch.inference_mode():
-            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=max_length)
-            hidden = bert(**enc).last_hidden_state[0].float()
-            return hidden.mean(0).numpy()
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                enc = tokenizer(
+                    [texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
+                    max_length=max_length, pad_to_multiple_of=16 if len(idx) > 1 else None,
+                )  # fmt: skip
+                hidden = bert(**enc).last_hidden_state.float()
+                mask = enc["attention_mask"].unsqueeze(-1).float()
+                out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+        return out
 
     return forward
 
@@ -144,7 +156,7 @@ class SentenceEmbedder:
         self._batch_size = batch_size
         self._threads = threads
         self._batch_threads = 1
-        self._single: Any = None
+        self._direct: Any = None
         self._precision = precision
         self._autocast: Any = None
         self._timeout = load_timeout_s
@@ -189,7 +201,7 @@ class SentenceEmbedder:
             dim = model.get_embedding_dimension()
             if dim:
                 self.dim = int(dim)
-            self._single = _single_text_forward(model, torch)
+            self._direct = _direct_forward(model, torch, self._batch_size)
             self._model = model
             log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
         except BaseException as exc:  # reported to every caller of embed()
@@ -224,8 +236,8 @@ class SentenceEmbedder:
             if torch.get_num_threads() != want:
                 torch.set_num_threads(want)
             with self._autocast() if self._autocast else contextlib.nullcontext():
-                if len(texts) == 1 and self._single is not None:
-                    return self._single(texts[0])[None, :]
+                if self._direct is not None:
+                    return self._direct(texts)
                 return model.encode(
                     texts,
                     batch_size=self._batch_size,

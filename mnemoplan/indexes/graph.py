@@ -123,16 +123,24 @@ class GraphIndex:
         put = "CREATE" if fresh else "MERGE"
         with self._transaction():
             rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
-            self._run(
-                f"UNWIND $rows AS row {put} (r:Record {{id: row.id}}) "
-                "SET r.user = row.user, r.kind = row.kind, r.seq = row.seq, r.ts = row.ts",
-                {"rows": rows},
-            )
+            if fresh:
+                self._run(
+                    "UNWIND $rows AS row CREATE (:Record {id: row.id, user: row.user, kind: row.kind, "
+                    "seq: row.seq, ts: row.ts})",
+                    {"rows": rows},
+                )
+            else:
+                self._run(
+                    "UNWIND $rows AS row MERGE (r:Record {id: row.id}) "
+                    "SET r.user = row.user, r.kind = row.kind, r.seq = row.seq, r.ts = row.ts",
+                    {"rows": rows},
+                )
             sessions = [{"id": r.id, "s": r.session, "user": r.user} for r in records if r.session]
             if sessions:
+                distinct = list({row["s"]: row for row in sessions}.values())
                 self._run(
                     "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
-                    {"rows": sessions},
+                    {"rows": distinct},
                 )
                 self._run(
                     "UNWIND $rows AS row MATCH (r:Record {id: row.id}), (s:Session {id: row.s}) "

@@ -1,12 +1,15 @@
-"""The write path of ``remember``: validate, de-duplicate, extract, embed, store.
+"""The write path of ``remember``: de-duplicate, extract, embed, store, derive.
 
-Deterministic extraction runs inline (names, resolved time expressions); it is cheap.
-The raw text is always stored verbatim: extraction only adds to it.
+Deterministic extraction runs inline: names, resolved time expressions, simple facts
+(each a fact record derived from its message), and every ``episode_every`` messages of
+a session an extractive summary of it. The raw text is always stored verbatim:
+extraction only adds to it, and a failure there never loses a message.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,11 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from mnemoplan.extract.facts import extract_facts
 from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.sentences import split_sentences
+from mnemoplan.extract.summary import SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
+from mnemoplan.indexes.derive import decide, episode_record, fact_record
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import Record
+
+log = logging.getLogger(__name__)
 
 IMPORTANCE = {"message": 0.5, "fact": 0.7, "procedure": 0.7, "episode": 0.6}
 
@@ -44,6 +52,23 @@ class IngestResult:
     ids: list[str]
     stored: list[Record]
     duplicates: int
+    derived: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Knobs of ingestion.
+
+    Attributes:
+        extract_facts: Read simple facts out of messages by rule.
+        fact_similarity: A new fact at least this similar to a current one reinforces it.
+        episode_every: Summarise a session again after this many new messages (0: never).
+    """
+
+    extract_facts: bool = True
+    fact_similarity: float = 0.9
+    episode_every: int = 10
 
 
 def content_hash(user_id: str, project_id: str, session_id: str, mem: NewMemory) -> str:
@@ -59,11 +84,15 @@ class Ingestor:
     Args:
         store: The memory store.
         embed: Embeds a batch of texts.
+        config: What to derive.
     """
 
-    def __init__(self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray]) -> None:
+    def __init__(
+        self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray], config: IngestConfig | None = None
+    ) -> None:
         self.store = store
         self.embed = embed
+        self.config = config or IngestConfig()
 
     def embed_records(self, records: list[Record]) -> np.ndarray:
         """One vector per record: the normalised mean of its sentences' embeddings."""
@@ -71,7 +100,7 @@ class Ingestor:
         owner: list[int] = []
         for i, rec in enumerate(records):
             prefix = f"{rec.speaker}: " if rec.speaker else ""
-            for sentence in split_sentences(rec.text):
+            for sentence in split_sentences(rec.text, min_words=4):
                 texts.append(prefix + sentence)
                 owner.append(i)
         vectors = self.embed(texts)
@@ -81,10 +110,9 @@ class Ingestor:
         norms[norms == 0] = 1.0
         return sums / norms
 
-    def ingest(
-        self, user_id: str, memories: list[NewMemory], *, session_id: str = "", project_id: str = ""
-    ) -> IngestResult:
-        """Store new memories of one user (in order), skipping repeats."""
+    def _message_records(
+        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str
+    ) -> tuple[list[str], list[Record], int]:
         now = datetime.now(UTC)
         hashes = [content_hash(user_id, project_id, session_id, m) for m in memories]
         sources = [m.source_id for m in memories if m.source_id]
@@ -100,33 +128,123 @@ class Ingestor:
                 duplicates += 1
                 continue
             when = mem.occurred_at or now
-            times = find_times(mem.text, when)
-            start, end = event_span(times)
+            start, end = event_span(find_times(mem.text, when))
             rec = Record(
-                id=uuid.uuid4().hex,
-                user_id=user_id,
-                project_id=project_id,
-                session_id=session_id,
-                kind=mem.kind,  # type: ignore[arg-type]
-                speaker=mem.speaker,
-                text=mem.text,
-                occurred_at=when,
-                created_at=now,
-                source_id=mem.source_id,
-                content_hash=digest,
-                derived_from=mem.derived_from,
-                metadata=mem.metadata,
-                importance=IMPORTANCE.get(mem.kind, 0.5),
-                entities=mentions_for(mem.text, mem.speaker, known),
-                event_start=start,
-                event_end=end,
-            )
+                id=uuid.uuid4().hex, user_id=user_id, project_id=project_id, session_id=session_id,
+                kind=mem.kind, speaker=mem.speaker, text=mem.text, occurred_at=when, created_at=now,  # type: ignore[arg-type]
+                source_id=mem.source_id, content_hash=digest, derived_from=mem.derived_from,
+                metadata=mem.metadata, importance=IMPORTANCE.get(mem.kind, 0.5),
+                entities=mentions_for(mem.text, mem.speaker, known), event_start=start, event_end=end,
+                valid_from=when if mem.kind == "fact" else None,
+            )  # fmt: skip
             existing[digest] = rec.id
             if mem.source_id:
                 existing[f"src:{mem.source_id}"] = rec.id
             ids.append(rec.id)
             fresh.append(rec)
+        return ids, fresh, duplicates
+
+    def _facts_of(self, messages: list[Record]) -> list[Record]:
+        if not self.config.extract_facts:
+            return []
+        known = list(self.store.catalog(messages[0].user_id).entities) if messages else []
+        out = []
+        for msg in messages:
+            if msg.kind != "message" or not msg.speaker:
+                continue  # without a speaker, "I" cannot be resolved: no fact beats a wrong one
+            try:
+                candidates = extract_facts(msg.text, msg.speaker, msg.occurred_at, known_names=known)
+            except Exception:  # extraction is a bonus: it must never cost a message
+                log.exception("fact extraction failed on one message; the message is stored anyway")
+                continue
+            out.extend(fact_record(msg, fc) for fc in candidates)
+        return out
+
+    def _settle_facts(
+        self, user_id: str, facts: list[Record], vectors: np.ndarray
+    ) -> tuple[list[int], list[tuple[str, str]], list[str]]:
+        """Decide each new fact: (indexes to store, (old, new) supersessions, reinforced old ids)."""
+        ledger = self.store.ledger(user_id)
+        keep: list[int] = []
+        supersede: list[tuple[str, str]] = []
+        reinforce: list[str] = []
+        for i, fact in enumerate(facts):
+            if fact.content_hash in ledger.by_hash:
+                reinforce.append(ledger.by_hash[fact.content_hash])
+                continue
+            subject = next((m.key for m in fact.entities if m.role == "subject"), "")
+            decision = decide(fact, vectors[i], ledger.current_facts(subject), self.config.fact_similarity)
+            if not decision.store:
+                reinforce.append(decision.reinforce)
+                continue
+            if decision.contradicts:
+                fact.metadata["contradicts"] = decision.contradicts
+            if decision.supersede:
+                supersede.append((decision.supersede, fact.id))
+            ledger.add_fact(fact.id, fact.metadata, vectors[i], 1, fact)  # later facts of this call see it
+            ledger.by_hash[fact.content_hash] = fact.id
+            keep.append(i)
+        return keep, supersede, reinforce
+
+    def ingest(
+        self, user_id: str, memories: list[NewMemory], *, session_id: str = "", project_id: str = ""
+    ) -> IngestResult:
+        """Store new memories of one user (in order), skipping repeats, then derive facts and episodes."""
+        ids, fresh, duplicates = self._message_records(user_id, memories, session_id, project_id)
         if not fresh:
             return IngestResult(ids, [], duplicates)
-        stored = self.store.append(fresh, self.embed_records(fresh))
-        return IngestResult(ids, stored, duplicates)
+        facts = self._facts_of(fresh)
+        warnings: list[str] = []
+        episode, old_episode = None, ""
+        try:
+            episode, old_episode = self._episode(user_id, session_id, fresh)
+        except Exception:
+            log.exception("the session summary could not be made; the messages are stored")
+            warnings.append("the session summary could not be refreshed (the messages are stored)")
+        vectors = self.embed_records(fresh + facts)
+        n = len(fresh)
+        fact_vectors = vectors[n:]
+        keep, supersede, reinforce = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
+        records = fresh + [facts[i] for i in keep]
+        rows = [vectors[:n], fact_vectors[keep]]
+        if episode is not None:
+            records.append(episode)
+            rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
+        rows = np.concatenate(rows)
+        if old_episode:
+            self.store.retract(user_id, [old_episode])
+        stored = self.store.append(records, rows)
+        for old, new in supersede:
+            self.store.supersede(user_id, old, new)
+        for old in reinforce:
+            self.store.reinforce(user_id, old)
+        return IngestResult(ids, stored, duplicates, len(keep) + (episode is not None), warnings)
+
+    def _episode_vector(self, episode: Record, fresh: list[Record], fresh_vectors: np.ndarray) -> np.ndarray:
+        """An episode's vector: the mean of its messages' vectors (no model call for a long summary)."""
+        known = {r.id: v for r, v in zip(fresh, fresh_vectors, strict=True)}
+        older = [rid for rid in episode.derived_from if rid not in known]
+        if older:
+            known.update(self.store.log.vectors(episode.user_id, older))
+        stack = np.stack([known[rid] for rid in episode.derived_from if rid in known])
+        mean = stack.mean(axis=0)
+        return (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
+
+    def _episode(self, user_id: str, session_id: str, fresh: list[Record]) -> tuple[Record | None, str]:
+        """A new summary of the session once it has ``episode_every`` messages the last one lacks.
+
+        Returns the episode record (or None) and the id of the episode it replaces.
+        """
+        every = self.config.episode_every
+        new = [r for r in fresh if r.kind == "message"]
+        if every <= 0 or not session_id or not new:
+            return None, ""
+        ledger = self.store.ledger(user_id)
+        count = ledger.session_messages.get(session_id, 0) + len(new)
+        old_id, covered = ledger.episodes.get(session_id, ("", 0))
+        if count - covered < every:
+            return None, ""
+        before = self.store.session_messages(user_id, session_id) if count > len(new) else []
+        messages = before + new
+        turns = [SessionTurn(m.speaker, m.text, m.occurred_at) for m in messages]
+        return episode_record(messages, summarize_session(turns), datetime.now(UTC)), old_id

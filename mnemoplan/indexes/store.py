@@ -11,9 +11,7 @@ import fcntl
 import logging
 import os
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +25,8 @@ from mnemoplan.indexes.documents import KeyHasher, bm25_doc, context_vector, gra
 from mnemoplan.indexes.graph import GraphIndex
 from mnemoplan.indexes.journal import Intent, WriteJournal
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
+from mnemoplan.indexes.ledger import UserLedger
+from mnemoplan.indexes.overlays import OverlayWriter
 from mnemoplan.model import EntityMention, Record
 
 log = logging.getLogger(__name__)
@@ -53,77 +53,6 @@ def _lock_data_dir(data_dir: Path) -> int:
             hint="Stop the other server (or CLI command), or point MNEMOPLAN_DATA_DIR elsewhere.",
         ) from None
     return fd
-
-
-class OverlayQueue:
-    """Overlay writes, in order, on one background thread; readers wait for their user's writes.
-
-    ``remember`` returns once the log (the source of truth) has the records; the BM25 and
-    graph overlays follow in the background, overlapping the caller's next embedding. A
-    read waits for the pending writes of its user first, so every read sees every write
-    that returned before it.
-    """
-
-    def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-overlays")
-        self._pending: dict[str, int] = {}
-        self._cond = threading.Condition()
-        self.failures: list[str] = []
-
-    def submit(self, user_id: str, job: Callable[[], None]) -> None:
-        """Queue an overlay write of one user."""
-        with self._cond:
-            self._pending[user_id] = self._pending.get(user_id, 0) + 1
-
-        def run() -> None:
-            try:
-                job()
-            except Exception as exc:  # the journal intent stays; repair brings the overlay back
-                log.exception("an overlay write failed; it will be repaired")
-                self.failures.append(f"an index write failed ({type(exc).__name__}); it is repaired on restart")
-            finally:
-                with self._cond:
-                    self._pending[user_id] -= 1
-                    if not self._pending[user_id]:
-                        del self._pending[user_id]
-                    self._cond.notify_all()
-
-        self._executor.submit(run)
-
-    def wait(self, user_id: str | None = None) -> None:
-        """Block until the user's (or everyone's) queued writes are done."""
-        with self._cond:
-            if user_id is None:
-                self._cond.wait_for(lambda: not self._pending)
-            else:
-                self._cond.wait_for(lambda: user_id not in self._pending)
-
-    def close(self) -> None:
-        """Finish every queued write."""
-        self.wait()
-        self._executor.shutdown(wait=True)
-
-
-@dataclass
-class UserLedger:
-    """What writes need to know of a user's log without querying it: identities and session tails.
-
-    Loaded from the log on a user's first write, kept current by appends, dropped by deletes.
-    """
-
-    by_hash: dict[str, str] = field(default_factory=dict)
-    by_source: dict[tuple[str, str], str] = field(default_factory=dict)
-    session_tail: dict[str, tuple[int, str]] = field(default_factory=dict)
-
-    def note(self, rec: Record) -> None:
-        """Account for a stored record."""
-        self.by_hash[rec.content_hash] = rec.id
-        if rec.source_id:
-            self.by_source[(rec.session_id, rec.source_id)] = rec.id
-        if rec.kind == "message":
-            tail = self.session_tail.get(rec.session_id)
-            if tail is None or rec.seq > tail[0]:
-                self.session_tail[rec.session_id] = (rec.seq, rec.id)
 
 
 class MemoryStore:
@@ -160,14 +89,9 @@ class MemoryStore:
         self._ledgers: dict[str, UserLedger] = {}
         self.catalogs = CatalogCache(self._load_mentions)
         self._writes_since_compact = 0
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-graph-write")
-        self.overlays = OverlayQueue()
-        self.commit_interval_s = commit_interval_s
-        self._flush_lock = threading.Lock()
-        self._uncommitted: dict[str, list[Intent]] = {}
-        self._last_commit: dict[str, float] = {}
-        self._flush_timers: dict[str, threading.Timer] = {}
-        self._closing = False
+        self.overlays = OverlayWriter(
+            self.bm25, self.graph, self.journal, self._repair_intent, interval_s=commit_interval_s
+        )
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -190,12 +114,7 @@ class MemoryStore:
         """The user's identities and session tails (read from the log once)."""
         ledger = self._ledgers.get(user_id)
         if ledger is None:
-            ledger = UserLedger()
-            columns = ["id", "content_hash", "source_id", "session_id", "seq", "kind"]
-            for rows in self.log.scan(f"user_id = {sql_str(user_id)}", columns):
-                for row in rows:
-                    ledger.note(Record.model_construct(**row))
-            self._ledgers[user_id] = ledger
+            ledger = self._ledgers[user_id] = UserLedger.load(self.log, user_id)
         return ledger
 
     def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
@@ -268,66 +187,50 @@ class MemoryStore:
                 self._ledgers.pop(user_id, None)
                 raise  # the intent stays: repair removes whatever reached a store
             ledger = self.ledger(user_id)
-            for rec in stored:
-                ledger.note(rec)
+            for rec, embedding in zip(stored, embeddings, strict=True):
+                ledger.note(rec, embedding)
                 self.catalogs.add(rec.user_id, rec.entities)
             self._writes_since_compact += 1
 
-        def write_overlays() -> None:
-            # Two independent native libraries: write them concurrently. If either fails the
-            # intent stays, and repair (now, else at start-up) reconciles the overlays with the log.
-            graph = self._pool.submit(self.graph.add, nodes, fresh=True)
-            try:
-                self.bm25.add(docs, commit=False)
-                graph.result()
-            except Exception:
-                with self._write_lock:
-                    self._repair_add(intent)  # rebuilds the user's BM25 index: covers every pending add
-                log.warning("an overlay write failed and was repaired from the log")
-            self._bm25_pending(user_id, intent)
-
-        self.overlays.submit(user_id, write_overlays)
+        self.overlays.add(user_id, intent, docs, nodes)
         return stored
 
-    # BM25 commits are batched: a commit costs 10-20 ms, so during a burst of writes they
-    # happen at most every ``commit_interval_s``; a read commits at once what it must see.
-    # An add's journal intent is closed only once a commit covers it.
-
-    def _bm25_pending(self, user_id: str, intent: Intent) -> None:
-        with self._flush_lock:
-            self._uncommitted.setdefault(user_id, []).append(intent)
-            due = time.monotonic() - self._last_commit.get(user_id, 0.0) >= self.commit_interval_s
-            if not due and user_id not in self._flush_timers and not self._closing:
-                timer = threading.Timer(self.commit_interval_s, self._flush_later, args=(user_id,))
-                timer.daemon = True
-                self._flush_timers[user_id] = timer
-                timer.start()
-        if due:
-            self._flush_bm25(user_id)
-
-    def _flush_later(self, user_id: str) -> None:
-        with self._flush_lock:
-            self._flush_timers.pop(user_id, None)
-            if self._closing:
-                return
-        self.overlays.submit(user_id, lambda: self._flush_bm25(user_id))
-
-    def _flush_bm25(self, user_id: str) -> None:
-        with self._flush_lock:
-            intents = self._uncommitted.pop(user_id, [])
-        if not intents:
-            return
-        self.bm25.commit(user_id)
-        self._last_commit[user_id] = time.monotonic()
-        for intent in intents:
-            self.journal.done(intent)
-
-    def supersede(self, old: Record, new_id: str) -> None:
+    def supersede(self, user_id: str, old_id: str, new_id: str) -> None:
         """Close an old fact's validity in favour of a newer one (history stays queryable)."""
         with self._write_lock:
             now = datetime.now(UTC)
-            self.log.set_superseded(old.id, new_id, now)
-            self.graph.close_relation(old.id, int(now.timestamp()))
+            self.log.set_superseded(old_id, new_id, now)
+            self.ledger(user_id).retire_fact(old_id)
+        self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
+
+    def reinforce(self, user_id: str, fact_id: str) -> None:
+        """A fact was said again: count the mention instead of storing a copy."""
+        with self._write_lock:
+            count = self.ledger(user_id).reinforce(fact_id)
+            if count:
+                self.log.bump_mentions(fact_id, count)
+
+    def session_messages(self, user_id: str, session_id: str) -> list[Record]:
+        """The messages of one session, in order."""
+        where = f"user_id = {sql_str(user_id)} AND session_id = {sql_str(session_id)} AND kind = 'message'"
+        return sorted(self.log.records(where), key=lambda r: r.seq)
+
+    def retract(self, user_id: str, ids: list[str]) -> None:
+        """Remove derived records that a fresh version replaces (a session's old summary).
+
+        Not a forget: their text comes from records that stay, so there is nothing to purge;
+        the overlays drop them in the background, after any pending write of theirs.
+        """
+        with self._write_lock:
+            intent = self.journal.begin(Intent("delete", user_id, ids))
+            self.log.delete(ids)
+
+        def drop() -> None:
+            self.graph.delete(ids)
+            self.bm25.delete(user_id, ids, commit=False)
+            self.journal.done(intent)
+
+        self.overlays.after_pending(user_id, drop)
 
     def delete(self, user_id: str, ids: list[str]) -> DeleteReport:
         """Delete records of one user everywhere, with what was derived from them, and purge.
@@ -469,6 +372,10 @@ class MemoryStore:
                 self.journal.done(intent)
         return len(pending)
 
+    def _repair_intent(self, intent: Intent) -> None:
+        with self._write_lock:
+            self._repair_add(intent)
+
     def _repair_add(self, intent: Intent) -> None:
         present = self.log.get(intent.user_id, intent.ids)
         missing = [rid for rid in intent.ids if rid not in present]
@@ -482,11 +389,7 @@ class MemoryStore:
 
     def wait_for_writes(self, user_id: str | None = None) -> None:
         """Read-your-writes: block until the user's (or everyone's) writes are searchable."""
-        self.overlays.wait(user_id)
-        with self._flush_lock:
-            users = [user_id] if user_id is not None else list(self._uncommitted)
-        for uid in users:
-            self._flush_bm25(uid)
+        self.overlays.flush(user_id)
 
     def maintain(self) -> None:
         """Periodic upkeep: compact the log's small fragments and build the ANN index when due."""
@@ -497,15 +400,8 @@ class MemoryStore:
 
     def close(self) -> None:
         """Flush and release every store and the data-directory lock."""
-        self.wait_for_writes()
-        with self._flush_lock:
-            self._closing = True
-            for timer in self._flush_timers.values():
-                timer.cancel()
         self.overlays.close()
-        self.wait_for_writes()
         with self._write_lock:
-            self._pool.shutdown(wait=True)
             self.bm25.close()
             try:
                 self.graph.checkpoint()

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from mnemoplan.model import PlanStep, QueryPlan
 
+# Episode summaries are not ranked beside the turns they summarise (on LoCoMo they crowd
+# them out: R@10 -1.4); they serve the session-level (hierarchical) index instead.
+MEMORY_KINDS = ["message", "fact", "procedure"]
+
 RECALL = QueryPlan(
     name="recall",
     query="",
     steps=[
-        PlanStep(step_id="bm25", index="bm25", params={"top_k": 100}, weight=0.5,
+        PlanStep(step_id="bm25", index="bm25", params={"top_k": 100, "kinds": MEMORY_KINDS}, weight=0.5,
                  rationale="keywords and names, with the previous turn as context"),
-        PlanStep(step_id="semantic", index="semantic", params={"top_k": 100}, weight=0.5,
+        PlanStep(step_id="semantic", index="semantic", params={"top_k": 100, "kinds": MEMORY_KINDS}, weight=0.5,
                  rationale="paraphrases the keywords miss"),
     ],
     combination_strategy="weighted_union",

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from mnemoplan.errors import InvalidInput, NotFound, TooLarge
 from mnemoplan.indexes.embedder import Embedder
-from mnemoplan.indexes.ingest import Ingestor, NewMemory
+from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory
 from mnemoplan.indexes.lance_log import sql_in, sql_str
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.indexes.store import MemoryStore
@@ -73,6 +73,7 @@ class MemoryService:
         deep: DeepSearch,
         limits: Limits,
         default_user_id: str,
+        ingest: IngestConfig | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -81,7 +82,7 @@ class MemoryService:
         self.deep = deep
         self.limits = limits
         self.default_user_id = default_user_id
-        self.ingestor = Ingestor(store, embedder.embed)
+        self.ingestor = Ingestor(store, embedder.embed, ingest)
 
     # -- argument checks -----------------------------------------------------------------
 
@@ -159,8 +160,10 @@ class MemoryService:
             user_id=user,
             session_id=session,
             ids=result.ids,
-            stored=len(result.stored),
+            stored=len(result.ids) - result.duplicates,
             duplicates=result.duplicates,
+            derived=result.derived,
+            warnings=result.warnings,
         )
 
     def recall(

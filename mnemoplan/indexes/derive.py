@@ -1,0 +1,153 @@
+"""Derived memories: facts read from messages and episode summaries of sessions.
+
+A derived record always names the records it came from (``derived_from``), so
+forgetting a message forgets what was derived from it, and a ranking can credit the
+source turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from mnemoplan.extract.facts import FactCandidate
+from mnemoplan.extract.summary import EpisodeSummary
+from mnemoplan.model import EntityMention, Record
+
+FACT_IMPORTANCE = 0.7
+EPISODE_IMPORTANCE = 0.6
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+
+
+def fact_record(message: Record, fact: FactCandidate, *, extractor: str = "rules") -> Record:
+    """A fact record derived from one message."""
+    entities = [EntityMention(key=fact.subject_key, name=fact.subject, role="subject")] if fact.subject_key else []
+    if fact.object_key and fact.object_key != fact.subject_key:
+        entities.append(EntityMention(key=fact.object_key, name=fact.object, role="object"))
+    start, end = fact.when if fact.when else (None, None)
+    return Record(
+        id=uuid.uuid4().hex,
+        user_id=message.user_id,
+        project_id=message.project_id,
+        session_id=message.session_id,
+        kind="fact",
+        text=fact.text,
+        occurred_at=message.occurred_at,
+        created_at=message.created_at,
+        content_hash=_digest(message.user_id, "fact", fact.subject_key, fact.predicate, fact.object, str(fact.negated)),
+        derived_from=[message.id],
+        metadata={
+            "subject": fact.subject,
+            "predicate": fact.predicate,
+            "object": fact.object,
+            "negated": fact.negated,
+            "confidence": fact.confidence,
+            "quantities": list(fact.quantities),
+            "extractor": extractor,
+        },
+        importance=round(FACT_IMPORTANCE * (0.5 + fact.confidence / 2), 3),
+        entities=entities,
+        event_start=start,
+        event_end=end,
+        valid_from=message.occurred_at,
+    )
+
+
+def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetime) -> Record:
+    """The episode memory of a session: its extractive summary, derived from every message of it."""
+    first = messages[0]
+    key_sources = [messages[i].id for i in summary.source_indexes if 0 <= i < len(messages)]
+    return Record(
+        id=uuid.uuid4().hex,
+        user_id=first.user_id,
+        project_id=first.project_id,
+        session_id=first.session_id,
+        kind="episode",
+        text=summary.text,
+        occurred_at=summary.start,
+        created_at=now,
+        content_hash=_digest(first.user_id, "episode", first.session_id, summary.text),
+        derived_from=[m.id for m in messages],
+        metadata={
+            "topics": list(summary.topics),
+            "entities": list(summary.entities),
+            "message_count": len(messages),
+            "key_sources": list(dict.fromkeys(key_sources)),
+            "summarizer": "extractive",
+        },
+        importance=EPISODE_IMPORTANCE,
+        event_start=summary.start,
+        event_end=summary.end,
+    )
+
+
+# Predicates that hold one value at a time: a new object replaces the old one.
+FUNCTIONAL_PREDICATES = frozenset(
+    {"is", "lives in", "moved to", "works at", "works as", "is from", "is married to", "is named", "studies"}
+)
+
+
+@dataclass(frozen=True)
+class KnownFact:
+    """What fact updates need to know of a stored fact."""
+
+    id: str
+    subject_key: str
+    predicate: str
+    object: str
+    negated: bool
+    vector: np.ndarray
+    mentions: int = 1
+
+
+@dataclass(frozen=True)
+class FactDecision:
+    """What to do with a new fact: store it, or reinforce an old one; maybe supersede or contradict one."""
+
+    store: bool
+    reinforce: str = ""
+    supersede: str = ""
+    contradicts: str = ""
+
+
+def base_predicate(predicate: str) -> str:
+    """``does not like`` -> ``likes``; other predicates unchanged."""
+    words = predicate.split()
+    if words[:2] in (["does", "not"], ["is", "not"], ["has", "not"]):
+        rest = " ".join(words[2:])
+        if words[0] == "does":
+            return rest + ("s" if rest and not rest.endswith("s") else "")
+        return f"{words[0]} {rest}".strip()
+    return predicate
+
+
+def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity: float) -> FactDecision:
+    """Compare a new fact with the user's current facts about the same subject.
+
+    - same claim (near-identical vector, same polarity): reinforce the old fact, store nothing;
+    - same subject and base predicate, opposite polarity, same object: a contradiction,
+      stored and flagged, the old one kept;
+    - a functional predicate (lives in, works at, ...) with a new object: supersede the old.
+    """
+    meta = fact.metadata
+    subject = next((m.key for m in fact.entities if m.role == "subject"), "")
+    pred = base_predicate(str(meta.get("predicate", "")))
+    for old in known:
+        if old.subject_key != subject:
+            continue
+        sim = float(np.dot(vector, old.vector))
+        same_pred = base_predicate(old.predicate) == pred
+        if sim >= similarity and old.negated == bool(meta.get("negated")):
+            return FactDecision(store=False, reinforce=old.id)
+        if same_pred and old.negated != bool(meta.get("negated")) and old.object.lower() == str(meta["object"]).lower():
+            return FactDecision(store=True, contradicts=old.id)
+        if same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated:
+            return FactDecision(store=True, supersede=old.id)
+    return FactDecision(store=True)
