@@ -137,3 +137,22 @@ def test_time_range_and_project_filters(service: MemoryService) -> None:
     assert [i.text for i in found.items] == ["the harbour festival was loud"]
     found = service.recall("harbour festival", user_id="u", project_id="p2")
     assert [i.text for i in found.items] == ["the harbour festival again"]
+
+
+def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None:
+    old = datetime(2021, 3, 1, tzinfo=UTC)
+    for i in range(12):
+        service.remember(content=f"note {i} about rivers and boats", user_id="u", project_id="p" if i % 2 else "",
+                         occurred_at=old if i < 4 else None)  # fmt: skip
+    service.store.wait_for_writes("u")
+    log = service.store.log
+    query = service.embedder.embed_query("boats on rivers")
+    filters = [{}, {"kinds": ["message"]}, {"project_id": "p"}, {"before": datetime(2022, 1, 1, tzinfo=UTC)}]
+    for flt in filters:
+        cached = log.vector_search("u", query, 5, **flt)
+        log.vector_cache.max_user_rows = 0  # force the LanceDB path
+        log.vector_cache.invalidate()
+        stored = log.vector_search("u", query, 5, **flt)
+        log.vector_cache.max_user_rows = 50_000
+        assert [rid for rid, _ in cached] == [rid for rid, _ in stored]
+        assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(cached, stored, strict=True))

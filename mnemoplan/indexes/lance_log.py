@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
 from mnemoplan.model import EntityMention, Record
 
 log = logging.getLogger(__name__)
@@ -158,10 +159,14 @@ class LanceLog:
         path: Directory of the LanceDB database.
         ann_min_rows: Build an approximate vector index once the table has this many rows.
         cache_records: Records kept in memory for hydration (0 disables the cache).
+        cache_vectors_per_user: Users with at most this many records are searched in memory.
     """
 
-    def __init__(self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000) -> None:
+    def __init__(
+        self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000, cache_vectors_per_user: int = 50_000
+    ) -> None:
         self.cache = RecordCache(cache_records)
+        self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         path.mkdir(parents=True, exist_ok=True)
         self._db = lancedb.connect(str(path))
         self._ann_min_rows = ann_min_rows
@@ -228,12 +233,20 @@ class LanceLog:
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_e, dim))
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_v, dim))
         table.add(pa.Table.from_arrays(arrays, schema=_schema(dim)))
+        for user_id in {r.user_id for r in records}:
+            rows = [i for i, r in enumerate(records) if r.user_id == user_id]
+            more = UserVectors.build(
+                [records[i].id for i in rows], vectors[rows], [records[i].kind for i in rows],
+                [records[i].project_id for i in rows], [records[i].occurred_at for i in rows],
+            )  # fmt: skip
+            self.vector_cache.extend(user_id, more)
 
     def update_vectors(self, ids_to_vectors: dict[str, tuple[str, np.ndarray]]) -> None:
         """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten)."""
         if self._table is None:
             return
         self.cache.evict(list(ids_to_vectors))
+        self.vector_cache.invalidate()
         for rid, (prev_id, vector) in ids_to_vectors.items():
             self._table.update(
                 where=f"id = {sql_str(rid)}",
@@ -255,6 +268,7 @@ class LanceLog:
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""
         self.cache.evict(ids)
+        self.vector_cache.invalidate()
         if self._table is None or not ids:
             return 0
         deleted = 0
@@ -268,6 +282,7 @@ class LanceLog:
     def delete_where(self, where: str) -> None:
         """Delete every record matching a filter."""
         self.cache.evict()
+        self.vector_cache.invalidate()
         if self._table is not None:
             self._table.delete(where)
 
@@ -371,22 +386,65 @@ class LanceLog:
         rows = self.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}", ["id", column])
         return {row["id"]: np.asarray(row[column], dtype=np.float32) for row in rows}
 
+    def _user_vectors(self, user_id: str) -> UserVectors | None:
+        """The user's vectors in memory, loaded on first use; None for a user too large to cache."""
+        entry = self.vector_cache.get(user_id)
+        if entry is not None or self._table is None:
+            return entry
+        where = f"user_id = {sql_str(user_id)}"
+        if self._table.count_rows(where) > self.vector_cache.max_user_rows:
+            return None
+        table = self._table.search().where(where).select(["id", "kind", "project_id", "occurred_at", "vector"])
+        data = table.limit(None).to_arrow()
+        flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        entry = UserVectors.build(
+            data.column("id").to_pylist(), flat.reshape(data.num_rows, -1) if data.num_rows else flat,
+            data.column("kind").to_pylist(), data.column("project_id").to_pylist(),
+            data.column("occurred_at").to_pylist(),
+        )  # fmt: skip
+        self.vector_cache.put(user_id, entry)
+        return entry
+
     def vector_search(
-        self, user_id: str, vector: np.ndarray, k: int, where: str | None = None, columns: list[str] | None = None
-    ) -> list[tuple[dict[str, Any], float]]:
-        """Nearest records of one user by cosine similarity, best first."""
+        self,
+        user_id: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        kinds: list[str] | None = None,
+        project_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+    ) -> list[tuple[str, float]]:
+        """Nearest records of one user by cosine similarity: (id, similarity), best first.
+
+        Exact, from memory, for users the vector cache holds; LanceDB (ANN past
+        ``ann_min_rows``) for the others.
+        """
         if self._table is None:
             return []
-        flt = f"user_id = {sql_str(user_id)}" + (f" AND ({where})" if where else "")
+        entry = self._user_vectors(user_id)
+        if entry is not None:
+            return entry.search(vector, k, kinds=kinds, project_id=project_id, after=after, before=before)
+        parts = [f"user_id = {sql_str(user_id)}"]
+        if kinds:
+            parts.append(sql_in("kind", kinds))
+        if project_id:
+            parts.append(f"project_id = {sql_str(project_id)}")
+        if after is not None:
+            parts.append(f"occurred_at >= {sql_ts(after)}")
+        if before is not None:
+            parts.append(f"occurred_at < {sql_ts(before)}")
+        flt = " AND ".join(parts)
         query = (
             self._table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
             .distance_type("cosine")
             .where(flt, prefilter=True)
-            .select([*(columns or ["id"]), "_distance"])
+            .select(["id", "_distance"])
             .limit(k)
         )
         rows = query.to_arrow().to_pylist()
-        return [(row, 1.0 - float(row["_distance"])) for row in rows]
+        return [(row["id"], 1.0 - float(row["_distance"])) for row in rows]
 
     def scan(self, where: str | None, columns: list[str], batch_rows: int = 5_000) -> Iterator[list[dict[str, Any]]]:
         """Stream rows matching a filter in batches (for rebuilds)."""

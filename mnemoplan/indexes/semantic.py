@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
-from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str, sql_ts
+from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 QUERY_PARAMS = [
@@ -14,20 +14,6 @@ QUERY_PARAMS = [
     ),
     ParamSpec(name="kinds", type="string_list", description="Only these kinds (message, fact, procedure, episode)."),
 ]
-
-
-def log_filter(req: SearchRequest, kinds: list[str] | None = None) -> str | None:
-    """The caller's hard filters (project, time range, kinds) as a LanceDB predicate."""
-    parts = []
-    if req.project_id:
-        parts.append(f"project_id = {sql_str(req.project_id)}")
-    if req.after:
-        parts.append(f"occurred_at >= {sql_ts(req.after)}")
-    if req.before:
-        parts.append(f"occurred_at < {sql_ts(req.before)}")
-    if kinds:
-        parts.append(sql_in("kind", kinds))
-    return " AND ".join(parts) or None
 
 
 class SemanticIndex(SearchIndex):
@@ -54,6 +40,7 @@ class SemanticIndex(SearchIndex):
         text = self.param(req, "query") or req.query
         floor = float(self.param(req, "min_similarity"))
         rows = self._log.vector_search(
-            req.user_id, req.vector(text), int(self.param(req, "top_k")), log_filter(req, self.param(req, "kinds"))
-        )
-        return [Hit(row["id"], sim, self.name) for row, sim in rows if sim >= floor]
+            req.user_id, req.vector(text), int(self.param(req, "top_k")), kinds=self.param(req, "kinds"),
+            project_id=req.project_id or None, after=req.after, before=req.before,
+        )  # fmt: skip
+        return [Hit(rid, sim, self.name) for rid, sim in rows if sim >= floor]

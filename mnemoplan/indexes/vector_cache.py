@@ -1,0 +1,139 @@
+"""Users' search vectors in memory, for exact nearest-neighbour search without a storage round trip.
+
+A LanceDB query costs ~5 ms whatever its size; a matrix product over a user's few
+thousand vectors costs well under one. The log keeps this cache exactly in step with
+its own writes (appends extend it, deletes and updates drop it), and users too large for
+it are searched in LanceDB, through its ANN index.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class UserVectors:
+    """One user's rows: ids, unit vectors and the columns filters need. Never changed in place:
+    a search holds a consistent snapshot while an append builds the next one."""
+
+    ids: list[str] = field(default_factory=list)
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    projects: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    occurred: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def build(cls, ids: list[str], matrix: np.ndarray, kinds: list[str], projects: list[str],
+              occurred: list[datetime]) -> UserVectors:  # fmt: skip
+        """Rows from columns."""
+        return cls(
+            ids=list(ids),
+            matrix=np.asarray(matrix, dtype=np.float32).reshape(len(ids), -1),
+            kinds=np.asarray(kinds, dtype=object),
+            projects=np.asarray(projects, dtype=object),
+            occurred=np.asarray([int(t.timestamp() * 1e6) for t in occurred], dtype=np.int64),
+        )
+
+    def extended(self, more: UserVectors) -> UserVectors:
+        """These rows and more (copies: appends are rare next to searches)."""
+        if not self.ids:
+            return more
+        return UserVectors(
+            ids=self.ids + more.ids,
+            matrix=np.vstack([self.matrix, more.matrix]),
+            kinds=np.concatenate([self.kinds, more.kinds]),
+            projects=np.concatenate([self.projects, more.projects]),
+            occurred=np.concatenate([self.occurred, more.occurred]),
+        )
+
+    def search(
+        self,
+        vector: np.ndarray,
+        k: int,
+        *,
+        kinds: list[str] | None = None,
+        project_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+    ) -> list[tuple[str, float]]:
+        """The ``k`` most similar rows passing the filters: (id, cosine), best first."""
+        if not self.ids or k <= 0:
+            return []
+        sims = self.matrix @ np.asarray(vector, dtype=np.float32)
+        mask = np.ones(len(self.ids), dtype=bool)
+        if kinds:
+            mask &= np.isin(self.kinds, kinds)
+        if project_id:
+            mask &= self.projects == project_id
+        if after is not None:
+            mask &= self.occurred >= int(after.timestamp() * 1e6)
+        if before is not None:
+            mask &= self.occurred < int(before.timestamp() * 1e6)
+        candidates = np.flatnonzero(mask)
+        if candidates.size == 0:
+            return []
+        scores = sims[candidates]
+        top = min(k, candidates.size)
+        best = np.argpartition(-scores, top - 1)[:top]
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return [(self.ids[candidates[i]], float(scores[i])) for i in best]
+
+
+class VectorCache:
+    """Per-user vectors, least recently used first out.
+
+    Args:
+        max_user_rows: Users with more rows are not cached (LanceDB's ANN index serves them).
+        max_total_rows: Rows kept across users.
+    """
+
+    def __init__(self, *, max_user_rows: int = 50_000, max_total_rows: int = 250_000) -> None:
+        self.max_user_rows = max_user_rows
+        self.max_total_rows = max_total_rows
+        self._users: OrderedDict[str, UserVectors] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str) -> UserVectors | None:
+        """The user's rows if cached."""
+        with self._lock:
+            entry = self._users.get(user_id)
+            if entry is not None:
+                self._users.move_to_end(user_id)
+            return entry
+
+    def put(self, user_id: str, entry: UserVectors) -> None:
+        """Cache a user's rows (loaded whole from the log)."""
+        with self._lock:
+            self._users[user_id] = entry
+            self._users.move_to_end(user_id)
+            total = sum(len(e) for e in self._users.values())
+            while total > self.max_total_rows and len(self._users) > 1:
+                _, old = self._users.popitem(last=False)
+                total -= len(old)
+
+    def extend(self, user_id: str, more: UserVectors) -> None:
+        """Append new rows to a cached user (an uncached user loads them later)."""
+        with self._lock:
+            entry = self._users.get(user_id)
+            if entry is None:
+                return
+            if len(entry) + len(more) > self.max_user_rows:
+                del self._users[user_id]
+                return
+            self._users[user_id] = entry.extended(more)
+
+    def invalidate(self, user_id: str | None = None) -> None:
+        """Drop one user's rows, or everyone's."""
+        with self._lock:
+            if user_id is None:
+                self._users.clear()
+            else:
+                self._users.pop(user_id, None)
