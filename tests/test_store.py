@@ -141,8 +141,10 @@ def test_time_range_and_project_filters(service: MemoryService) -> None:
 
 def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None:
     old = datetime(2021, 3, 1, tzinfo=UTC)
+    words = "rivers boats canals ferries lakes oars sails docks bridges locks tides harbours".split()
     for i in range(12):
-        service.remember(content=f"note {i} about rivers and boats", user_id="u", project_id="p" if i % 2 else "",
+        text = " ".join(words[: i + 1])  # distinct similarities: no ties to order arbitrarily
+        service.remember(content=text, user_id="u", project_id="p" if i % 2 else "",
                          occurred_at=old if i < 4 else None)  # fmt: skip
     service.store.wait_for_writes("u")
     log = service.store.log
