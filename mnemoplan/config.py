@@ -59,6 +59,20 @@ class Settings(BaseSettings):
     )
     recency_half_life_days: float = Field(0.0, ge=0.0, description="0 disables the recency prior in recall.")
     reranker_path: Path | None = Field(None, description="Local cross-encoder model directory for reranking.")
+    recall_rerank: Literal["off", "llm", "cross_encoder"] = Field(
+        "off", description="Rerank recall's results (costs latency): with the LLM, or the local cross-encoder."
+    )
+    recall_rerank_deadline_s: float = Field(2.0, gt=0, description="Past this, recall keeps its own order.")
+
+    # Deep search
+    deep_max_rounds: int = Field(3, ge=1, le=10, description="Plan -> execute -> judge rounds at most.")
+    deep_weights: dict[str, float] = Field(
+        default_factory=lambda: {"semantic": 0.5, "bm25": 0.5},
+        description="Fusion weights of deep search by index (measured on LoCoMo: 0.5/0.5 beats 0.55/0.35).",
+    )
+    deep_recency_weight: float = Field(0.10, ge=0.0, description="Weight of the recency prior in deep search.")
+    deep_recency_half_life_days: float = Field(90.0, gt=0)
+    deep_rerank_deadline_s: float = Field(8.0, gt=0, description="Past this, deep search keeps its own order.")
 
     # LLM (optional)
     anthropic_api_key: SecretStr | None = Field(
@@ -82,10 +96,10 @@ class Settings(BaseSettings):
     def public_dict(self) -> dict[str, object]:
         """The effective configuration with secrets masked, for ``mnemoplan config``."""
         data = self.model_dump(mode="json")
-        data["anthropic_api_key"] = "set" if self.anthropic_api_key else None
+        data["anthropic_api_key"] = "set" if self.llm_enabled else None
         return data
 
     @property
     def llm_enabled(self) -> bool:
-        """True when an Anthropic key is configured."""
-        return self.anthropic_api_key is not None
+        """True when an Anthropic key is configured (an empty one counts as none)."""
+        return self.anthropic_api_key is not None and bool(self.anthropic_api_key.get_secret_value().strip())

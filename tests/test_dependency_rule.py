@@ -14,7 +14,7 @@ OWNERS = {
     "tantivy": {"indexes/bm25.py"},
     "kuzu": {"indexes/graph.py"},
     "anthropic": {"planner/llm.py"},
-    "sentence_transformers": {"indexes/embedder.py"},
+    "sentence_transformers": {"indexes/embedder.py", "indexes/cross_encoder.py"},
 }
 
 

@@ -238,6 +238,7 @@ class LanceLog:
             more = UserVectors.build(
                 [records[i].id for i in rows], vectors[rows], [records[i].kind for i in rows],
                 [records[i].project_id for i in rows], [records[i].occurred_at for i in rows],
+                [records[i].session_id for i in rows], [records[i].seq for i in rows],
             )  # fmt: skip
             self.vector_cache.extend(user_id, more)
 
@@ -394,16 +395,22 @@ class LanceLog:
         where = f"user_id = {sql_str(user_id)}"
         if self._table.count_rows(where) > self.vector_cache.max_user_rows:
             return None
-        table = self._table.search().where(where).select(["id", "kind", "project_id", "occurred_at", "vector"])
+        columns = ["id", "kind", "project_id", "occurred_at", "session_id", "seq", "vector"]
+        table = self._table.search().where(where).select(columns)
         data = table.limit(None).to_arrow()
         flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         entry = UserVectors.build(
             data.column("id").to_pylist(), flat.reshape(data.num_rows, -1) if data.num_rows else flat,
             data.column("kind").to_pylist(), data.column("project_id").to_pylist(),
-            data.column("occurred_at").to_pylist(),
+            data.column("occurred_at").to_pylist(), data.column("session_id").to_pylist(),
+            data.column("seq").to_pylist(),
         )  # fmt: skip
         self.vector_cache.put(user_id, entry)
         return entry
+
+    def user_view(self, user_id: str) -> UserVectors | None:
+        """A user's rows in memory (ids, vectors, kinds, sessions, order), if small enough to hold."""
+        return self._user_vectors(user_id)
 
     def vector_search(
         self,

@@ -26,13 +26,15 @@ class UserVectors:
     kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     projects: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     occurred: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    seqs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.ids)
 
     @classmethod
     def build(cls, ids: list[str], matrix: np.ndarray, kinds: list[str], projects: list[str],
-              occurred: list[datetime]) -> UserVectors:  # fmt: skip
+              occurred: list[datetime], sessions: list[str], seqs: list[int]) -> UserVectors:  # fmt: skip
         """Rows from columns."""
         return cls(
             ids=list(ids),
@@ -40,6 +42,8 @@ class UserVectors:
             kinds=np.asarray(kinds, dtype=object),
             projects=np.asarray(projects, dtype=object),
             occurred=np.asarray([int(t.timestamp() * 1e6) for t in occurred], dtype=np.int64),
+            sessions=np.asarray(sessions, dtype=object),
+            seqs=np.asarray(seqs, dtype=np.int64),
         )
 
     def extended(self, more: UserVectors) -> UserVectors:
@@ -52,7 +56,13 @@ class UserVectors:
             kinds=np.concatenate([self.kinds, more.kinds]),
             projects=np.concatenate([self.projects, more.projects]),
             occurred=np.concatenate([self.occurred, more.occurred]),
+            sessions=np.concatenate([self.sessions, more.sessions]),
+            seqs=np.concatenate([self.seqs, more.seqs]),
         )
+
+    def rows_of(self, ids: set[str]) -> np.ndarray:
+        """Row numbers of some ids."""
+        return np.asarray([i for i, rid in enumerate(self.ids) if rid in ids], dtype=np.int64)
 
     def search(
         self,

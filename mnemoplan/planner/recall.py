@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mnemoplan.errors import Unavailable
+from mnemoplan.errors import MnemoError, Unavailable
 from mnemoplan.indexes.base import LazyVector, SearchRequest
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.model import (
@@ -129,6 +129,9 @@ class RecallPipeline:
         self.records = records
         self.embed_query = embed_query
         self.config = config
+        # Optional: an LLM or cross-encoder reranker (see planner.rerank), off by default.
+        self.reranker: Any = None
+        self.rerank_deadline_s = 2.0
 
     def plan(self, analysis: QueryAnalysis, limit: int) -> QueryPlan:
         """The plan recall runs for an analysed query."""
@@ -207,10 +210,20 @@ class RecallPipeline:
         t0 = time.perf_counter()
         items, total = self.rank(results, plan, scope, limit, config, reference_time or datetime.now(UTC))
         timings["rank"] = round((time.perf_counter() - t0) * 1000, 3)
+        notes: list[str] = []
+        warnings = [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
+        if self.reranker is not None and items:
+            t0 = time.perf_counter()
+            try:
+                outcome = self.reranker.rerank(query, items, deadline_s=self.rerank_deadline_s)
+                items = outcome.items
+                notes.extend(outcome.notes)
+            except MnemoError as exc:
+                warnings.append(f"rerank skipped: {exc.message}")
+            timings["rerank"] = round((time.perf_counter() - t0) * 1000, 3)
         t0 = time.perf_counter()
         context = format_context(items, config.token_budget)
         timings["format"] = round((time.perf_counter() - t0) * 1000, 3)
-        warnings = [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
         return RecallResult(
             query=query,
             user_id=scope.user_id,
@@ -226,6 +239,7 @@ class RecallPipeline:
                     for r in results
                 ],
                 timings_ms=timings,
+                notes=notes,
             ),
             warnings=warnings,
         )

@@ -8,17 +8,24 @@ from types import MappingProxyType
 
 from mnemoplan.config import Settings
 from mnemoplan.indexes.embedder import Embedder, make_embedder
-from mnemoplan.indexes.entity import EntityGraphIndex
+from mnemoplan.indexes.entity import EntityGraphIndex, GraphTraversalIndex
+from mnemoplan.indexes.fact_store import FactStoreIndex
+from mnemoplan.indexes.hierarchy import HierarchicalIndex
 from mnemoplan.indexes.lexical import BM25SearchIndex
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.indexes.semantic import SemanticIndex
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.indexes.temporal import TemporalIndex
+from mnemoplan.indexes.working_memory import WorkingMemoryIndex
 from mnemoplan.planner.analyzer import QueryAnalyzer
-from mnemoplan.planner.deep import DeepSearch
+from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
 from mnemoplan.planner.executor import PlanExecutor
+from mnemoplan.planner.llm import LLMClient
+from mnemoplan.planner.llm_evaluator import LLMEvaluator
+from mnemoplan.planner.llm_planner import LLMPlanner, LLMReplanner
 from mnemoplan.planner.ranking import RankingConfig
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline
+from mnemoplan.planner.rerank import CrossEncoderReranker, LLMReranker
 from mnemoplan.server.service import Limits, MemoryService
 
 log = logging.getLogger(__name__)
@@ -26,11 +33,16 @@ log = logging.getLogger(__name__)
 
 def build_registry(store: MemoryStore) -> IndexRegistry:
     """Every searchable index over one store."""
+    keys = lambda u: store.keys(u, create=False)  # noqa: E731
     registry = IndexRegistry()
     registry.register(SemanticIndex(store.log))
     registry.register(BM25SearchIndex(store.bm25))
-    registry.register(EntityGraphIndex(store.graph, lambda u: store.keys(u, create=False), store.catalog))
+    registry.register(EntityGraphIndex(store.graph, keys, store.catalog))
+    registry.register(GraphTraversalIndex(store.graph, keys, store.catalog, store.log))
     registry.register(TemporalIndex(store.log))
+    registry.register(FactStoreIndex(store.log))
+    registry.register(WorkingMemoryIndex(store.log))
+    registry.register(HierarchicalIndex(store.log, store.bm25))
     return registry
 
 
@@ -78,12 +90,52 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         recall_max_limit=settings.recall_max_limit,
         deep_max_results=settings.deep_max_results,
     )
+    llm = llm_parts(settings)
+    if settings.recall_rerank != "off":
+        recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
+        recall.rerank_deadline_s = settings.recall_rerank_deadline_s
+    deep = DeepSearch(recall, deep_config(settings), llm)
     return MemoryService(
         store=store,
         embedder=embedder,
         registry=registry,
         recall=recall,
-        deep=DeepSearch(recall),
+        deep=deep,
         limits=limits,
         default_user_id=settings.default_user_id,
     )
+
+
+def deep_config(settings: Settings) -> DeepConfig:
+    """Deep search's knobs from Settings."""
+    return DeepConfig(
+        max_rounds=settings.deep_max_rounds,
+        weights=MappingProxyType(dict(settings.deep_weights)),
+        recency_weight=settings.deep_recency_weight,
+        recency_half_life_days=settings.deep_recency_half_life_days,
+        rerank_deadline_s=settings.deep_rerank_deadline_s,
+    )
+
+
+def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
+    """The local cross-encoder reranker, when a model path is configured."""
+    return CrossEncoderReranker(settings.reranker_path) if settings.reranker_path else None
+
+
+def llm_parts(settings: Settings) -> LLMParts:
+    """The LLM-backed planner, evaluator, replanner and reranker, when an API key is configured.
+
+    Without a key every part is None and deep search runs on its rules; a configured local
+    cross-encoder still reranks.
+    """
+    if not settings.llm_enabled or settings.anthropic_api_key is None:
+        return LLMParts(reranker=cross_encoder(settings))
+    client = LLMClient(
+        api_key=settings.anthropic_api_key.get_secret_value(),
+        model=settings.llm_model,
+        base_url=settings.anthropic_base_url,
+        timeout_s=settings.llm_timeout_s,
+    )
+    reranker = LLMReranker(client) if settings.llm_rerank else cross_encoder(settings)
+    return LLMParts(planner=LLMPlanner(client), evaluator=LLMEvaluator(client), replanner=LLMReplanner(client),
+                    reranker=reranker)  # fmt: skip

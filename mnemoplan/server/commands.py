@@ -56,5 +56,12 @@ def add_commands(sub: argparse._SubParsersAction, common: Callable[[argparse.Arg
     add_arguments(p)
     p.set_defaults(func=cmd_bench)
 
+    from mnemoplan.bench import scale
+
+    p = sub.add_parser("bench-scale", help="time recall for one user holding many messages",
+                       description=scale.run_from_args.__doc__)  # fmt: skip
+    scale.add_arguments(p)
+    p.set_defaults(func=scale.run_from_args)
+
 
 __all__ = ["add_commands", "cmd_bench", "cmd_search"]

@@ -1,0 +1,311 @@
+"""Second-stage rerankers: an LLM judging batches of items, or a local cross-encoder.
+
+Both blend the same way. A relevance in [0, 10] multiplies the formula score by
+``(0.5 + relevance / 10) ** weight`` (10 -> 1.5x, 5 -> 1x, 0 -> 0.5x), so the reranker
+adjusts the ranking fusion earned instead of replacing it; an item rated below the veto
+floor goes after every other item, never out of the list. Whatever fails (a batch, the
+deadline) leaves the affected items with their original scores or the original order,
+and says so in ``RerankOutcome``: reranking degrades, it never loses results.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mnemoplan.errors import LLMError
+from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
+from mnemoplan.model import MemoryItem
+from mnemoplan.planner.llm import LLMClient, LLMReply, LLMUsage
+
+RERANK_SYSTEM = (
+    "You rate how relevant stored memories are to a query. Reply with JSON only, no prose: "
+    '{"scores": {"<id>": <0-10>}} with one entry for every id listed. 10 = answers the query '
+    "directly, 5 = useful context, 0 = unrelated. Judge relevance to the query, not truth."
+)
+_ID_CHARS = 8
+_MAX_ITEM_CHARS = 300
+
+
+@dataclass
+class RerankOutcome:
+    """What a rerank did.
+
+    Attributes:
+        items: Every input item exactly once, in the new order; scored items carry
+            ``scores["rerank"]`` (their relevance, 0-10) and a blended ``score``.
+        usage: Tokens and cost of the LLM calls (empty for a local model). After a timeout
+            only the calls are counted; their tokens reach the client's running total alone.
+        batches: Batches sent.
+        fallbacks: Batches whose reply was unusable, so their items kept their scores.
+        timed_out: True when the deadline passed and the original order was kept.
+        notes: One line per degradation, for the caller's warnings.
+    """
+
+    items: list[MemoryItem]
+    usage: LLMUsage = field(default_factory=LLMUsage)
+    batches: int = 0
+    fallbacks: int = 0
+    timed_out: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class Reranker(Protocol):
+    """Reorders retrieved items by their relevance to the query."""
+
+    def rerank(self, query: str, items: list[MemoryItem], *, deadline_s: float) -> RerankOutcome:
+        """Return every item, reordered, within ``deadline_s`` seconds (or in the original order)."""
+        ...
+
+
+def blend(
+    items: Sequence[MemoryItem], relevance: dict[int, float], *, weight: float, veto_floor: float
+) -> list[MemoryItem]:
+    """Apply relevance scores to items and sort them; the inputs are not modified.
+
+    Args:
+        items: Items in their current order.
+        relevance: Relevance in [0, 10] by position in ``items``; positions missing keep
+            their score and are never vetoed.
+        weight: Exponent of the multiplier; 0 leaves scores unchanged.
+        veto_floor: Fraction of 10 below which an item goes after all the others.
+
+    Returns:
+        Copies of every item, best first; ties keep their input order.
+    """
+    ranked: list[tuple[bool, float, int, MemoryItem]] = []
+    for pos, item in enumerate(items):
+        r = relevance.get(pos)
+        if r is None:
+            ranked.append((False, item.score, pos, item))
+            continue
+        factor = (0.5 + r / 10.0) ** weight
+        # A negative formula score would sink further when multiplied; dividing keeps "more relevant
+        # is better" for it too.
+        score = item.score * factor if item.score >= 0 else item.score / factor
+        copy = item.model_copy(update={"score": score, "scores": {**item.scores, "rerank": r}})
+        ranked.append((r < veto_floor * 10.0, score, pos, copy))
+    ranked.sort(key=lambda entry: (entry[0], -entry[1], entry[2]))
+    return [entry[3] for entry in ranked]
+
+
+class LLMReranker:
+    """Scores items with the LLM in concurrent batches.
+
+    Args:
+        client: The shared LLM client; its timeout bounds each request.
+        batch_size: Most items per request (batches are balanced, so 40 items make 3 of 13-14).
+        max_in_flight: Most requests at the same time.
+        veto_floor: Items rated below ``veto_floor * 10`` go last.
+        weight: Exponent of the relevance multiplier.
+
+    Raises:
+        ValueError: If a number is out of range.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        *,
+        batch_size: int = 16,
+        max_in_flight: int = 6,
+        veto_floor: float = 0.1,
+        weight: float = 1.0,
+    ) -> None:
+        if batch_size < 1 or max_in_flight < 1 or not 0.0 <= veto_floor <= 1.0 or weight < 0:
+            raise ValueError("need batch_size >= 1, max_in_flight >= 1, 0 <= veto_floor <= 1 and weight >= 0")
+        self._client = client
+        self.batch_size = batch_size
+        self.max_in_flight = max_in_flight
+        self.veto_floor = veto_floor
+        self.weight = weight
+
+    def rerank(self, query: str, items: list[MemoryItem], *, deadline_s: float) -> RerankOutcome:
+        """Rerank items, waiting no longer than ``deadline_s`` seconds for the LLM.
+
+        Args:
+            query: The user's query.
+            items: Items in their current (formula) order.
+            deadline_s: Wall-time budget; past it, the original order is returned at once and
+                the requests still running are left to the client's own timeout.
+
+        Returns:
+            The outcome; a failed batch keeps its items' scores and is counted in ``fallbacks``.
+        """
+        started = time.monotonic()
+        if not items:
+            return RerankOutcome(items=[])
+        batches = _balanced(len(items), self.batch_size)
+        keyed = [_short_keys([items[i].id for i in batch]) for batch in batches]
+        requests = [
+            {"system": RERANK_SYSTEM, "prompt": _prompt(query, [items[i] for i in batch], keys),
+             "max_tokens": 32 + 12 * len(batch), "purpose": "rerank"}
+            for batch, keys in zip(batches, keyed, strict=True)
+        ]  # fmt: skip
+        replies = self._send(requests, deadline_s - (time.monotonic() - started))
+        if replies is None:
+            return RerankOutcome(
+                items=list(items), usage=LLMUsage(calls=len(batches)), batches=len(batches), timed_out=True,
+                notes=[f"rerank timed out after {deadline_s:g} s; original order kept"],
+            )  # fmt: skip
+        outcome = RerankOutcome(items=[], batches=len(batches))
+        relevance: dict[int, float] = {}
+        for n, (batch, keys, reply) in enumerate(zip(batches, keyed, replies, strict=True), 1):
+            label = f"rerank batch {n}/{len(batches)} ({len(batch)} items)"
+            if isinstance(reply, LLMError):
+                outcome.usage.add(LLMUsage(calls=1, failures=1))
+                outcome.fallbacks += 1
+                outcome.notes.append(f"{label} failed, scores kept: {reply.message}")
+                continue
+            outcome.usage.add(reply.usage)
+            scores = _read_scores(reply, keys)
+            if not scores:
+                outcome.fallbacks += 1
+                outcome.notes.append(f"{label}: the reply had no usable scores, scores kept")
+                continue
+            if len(scores) < len(batch):
+                outcome.notes.append(f"{label}: {len(batch) - len(scores)} item(s) unscored, scores kept")
+            relevance.update({batch[i]: value for i, value in scores.items()})
+        outcome.items = blend(items, relevance, weight=self.weight, veto_floor=self.veto_floor)
+        return outcome
+
+    def _send(self, requests: list[dict[str, Any]], budget_s: float) -> list[LLMReply | LLMError] | None:
+        """The replies, or None when they did not all arrive within ``budget_s``."""
+        if budget_s <= 0:
+            return None
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["replies"] = self._client.complete_json_many(requests, max_in_flight=self.max_in_flight)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        # A daemon thread: on a timeout the stragglers finish (bounded by the client's timeout)
+        # without holding up the caller or the interpreter's exit.
+        threading.Thread(target=run, name="mnemoplan-rerank", daemon=True).start()
+        if not done.wait(budget_s):
+            return None
+        if "error" in box:
+            raise box["error"]
+        return box["replies"]
+
+
+class CrossEncoderReranker:
+    """Scores (query, text) pairs with a local cross-encoder; never touches the network.
+
+    The model loads on first use, on its own thread; a first call that outlives its deadline
+    returns the original order while loading goes on, and later calls use the loaded model.
+
+    Args:
+        model_path: Directory of a sentence-transformers cross-encoder.
+        weight: Exponent of the relevance multiplier.
+        veto_floor: Items whose sigmoid(logit) is below this go last.
+    """
+
+    def __init__(self, model_path: Path, *, weight: float = 1.0, veto_floor: float = 0.1) -> None:
+        self._scorer = CrossEncoderScorer(model_path)
+        self.weight = weight
+        self.veto_floor = veto_floor
+
+    def rerank(self, query: str, items: list[MemoryItem], *, deadline_s: float) -> RerankOutcome:
+        """Rerank items by the cross-encoder's relevance.
+
+        Args:
+            query: The user's query.
+            items: Items in their current (formula) order.
+            deadline_s: Wall-time budget, loading included; past it the original order is kept.
+
+        Returns:
+            The outcome (its usage is empty: no LLM is called).
+
+        Raises:
+            Unavailable: The model directory does not exist or the model cannot be loaded.
+        """
+        if not items:
+            return RerankOutcome(items=[])
+        future = self._scorer.submit([(query, item.text) for item in items])
+        try:
+            logits = future.result(timeout=max(deadline_s, 0.0))
+        except FutureTimeout:
+            note = f"rerank timed out after {deadline_s:g} s; original order kept"
+            return RerankOutcome(items=list(items), batches=1, timed_out=True, notes=[note])
+        relevance = {pos: 10.0 * _sigmoid(x) for pos, x in enumerate(logits)}
+        return RerankOutcome(
+            items=blend(items, relevance, weight=self.weight, veto_floor=self.veto_floor), batches=1
+        )
+
+    def close(self) -> None:
+        """Stop the scorer's thread."""
+        self._scorer.close()
+
+
+def _balanced(n: int, size: int) -> list[list[int]]:
+    # Even batches finish together; 16 + 16 + 1 would leave one request mostly idle overhead.
+    count = -(-n // size)
+    bounds = [round(k * n / count) for k in range(count + 1)]
+    return [list(range(bounds[k], bounds[k + 1])) for k in range(count)]
+
+
+def _short_keys(ids: list[str]) -> list[str]:
+    """Short, unique labels for ids: 8 characters, longer only where prefixes collide."""
+    length = _ID_CHARS
+    longest = max((len(i) for i in ids), default=0)
+    while length < longest and len({i[:length] for i in ids}) < len(ids):
+        length += 4
+    keys: list[str] = []
+    for i in ids:
+        key, n = i[:length], 1
+        while key in keys:  # the same id twice in the input: still one label each
+            n += 1
+            key = f"{i[:length]}~{n}"
+        keys.append(key)
+    return keys
+
+
+def _prompt(query: str, items: list[MemoryItem], keys: list[str]) -> str:
+    lines = [f"Query: {query}", "Memories:"]
+    for key, item in zip(keys, items, strict=True):
+        text = " ".join(item.text.split())
+        if len(text) > _MAX_ITEM_CHARS:
+            text = text[: _MAX_ITEM_CHARS - 1] + "…"
+        speaker = f" {item.speaker}" if item.speaker else ""
+        lines.append(f"[{key}] {item.occurred_at.date().isoformat()}{speaker}: {text}")
+    return "\n".join(lines)
+
+
+def _read_scores(reply: LLMReply, keys: list[str]) -> dict[int, float]:
+    """Relevance by position in the batch, from ``{"scores": {...}}`` or a bare id map."""
+    data = reply.data
+    scores = data.get("scores", data) if isinstance(data, dict) else None
+    if not isinstance(scores, dict):
+        return {}
+    position = {key: pos for pos, key in enumerate(keys)}
+    out: dict[int, float] = {}
+    for raw_key, raw_value in scores.items():
+        pos = position.get(str(raw_key).strip().strip("[]"))
+        if pos is None or isinstance(raw_value, bool):
+            continue
+        try:
+            value = float(raw_value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            out[pos] = min(10.0, max(0.0, value))
+    return out
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)  # the other branch would overflow for very negative logits
+    return z / (1.0 + z)

@@ -1,0 +1,213 @@
+"""Rerankers: the LLM one against a loopback Messages API, the cross-encoder's missing-model error."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemoplan.errors import Unavailable
+from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
+from mnemoplan.model import MemoryItem
+from mnemoplan.planner.llm import LLMClient
+from mnemoplan.planner.rerank import CrossEncoderReranker, LLMReranker, RerankOutcome, blend
+from tests.llm_server import LoopbackMessagesServer as Server
+from tests.llm_server import Reply, llm_server  # noqa: F401
+
+HAIKU = "claude-haiku-4-5"
+LINE = re.compile(r"^\[(\S+)\] \S+(?: \S+)?: memory (\d+)\b", re.M)
+
+
+@pytest.fixture
+def client(llm_server: Server) -> Iterator[LLMClient]:
+    made = LLMClient(api_key="sk-ant-test", model=HAIKU, base_url=llm_server.url, timeout_s=5.0,
+                     max_retries=1)
+    yield made
+    made.close()
+
+
+def make_items(n: int, *, prefix: str = "") -> list[MemoryItem]:
+    """Items ``memory 0..n-1`` with falling scores; ids are unique in their first 8 characters."""
+    start = datetime(2023, 5, 1, tzinfo=UTC)
+    return [
+        MemoryItem(id=f"{prefix}{k:04d}{'ab' * 14}", kind="message", text=f"memory {k} about the lake",
+                   speaker="Caroline" if k % 2 else "", occurred_at=start + timedelta(hours=k),
+                   score=round(1.0 - k / 100, 4))
+        for k in range(n)
+    ]  # fmt: skip
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    return body["messages"][0]["content"]
+
+
+def scorer(relevance: Callable[[int], float]) -> Callable[[dict[str, Any]], Reply]:
+    """A responder that rates each listed memory by its number."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        found = LINE.findall(prompt_of(body))
+        return Reply(text=json.dumps({"scores": {key: relevance(int(n)) for key, n in found}}),
+                     input_tokens=400, output_tokens=60)  # fmt: skip
+
+    return respond
+
+
+def order(outcome: RerankOutcome) -> list[str]:
+    return [item.text.split()[1] for item in outcome.items]
+
+
+def assert_same_items(outcome: RerankOutcome, items: list[MemoryItem]) -> None:
+    assert sorted(i.id for i in outcome.items) == sorted(i.id for i in items)
+
+
+def test_scores_reorder_items_and_blend_multiplicatively(llm_server: Server, client: LLMClient) -> None:
+    items = make_items(3)  # scores 1.0, 0.99, 0.98
+    llm_server.responder = scorer({0: 2, 1: 10, 2: 6}.__getitem__)
+    outcome = LLMReranker(client).rerank("where is the lake?", items, deadline_s=5)
+    assert order(outcome) == ["1", "2", "0"]
+    by_text = {i.text.split()[1]: i for i in outcome.items}
+    assert by_text["1"].score == pytest.approx(0.99 * 1.5)
+    assert by_text["2"].score == pytest.approx(0.98 * 1.1)
+    assert by_text["0"].score == pytest.approx(1.0 * 0.7)
+    assert by_text["0"].scores["rerank"] == 2
+    assert items[0].score == 1.0 and "rerank" not in items[0].scores  # the inputs are not modified
+    assert outcome.batches == 1 and outcome.fallbacks == 0 and not outcome.timed_out and outcome.notes == []
+    assert outcome.usage.calls == 1 and outcome.usage.cost_usd == pytest.approx((400 * 1 + 60 * 5) / 1e6)
+    [body] = llm_server.requests
+    assert "where is the lake?" in prompt_of(body) and '"scores"' in body["system"]
+    assert f"[{items[0].id[:8]}] 2023-05-01: memory 0" in prompt_of(body)
+    assert f"[{items[1].id[:8]}] 2023-05-01 Caroline: memory 1" in prompt_of(body)
+
+
+def test_veto_floor_moves_an_item_last(llm_server: Server, client: LLMClient) -> None:
+    items = make_items(4)
+    items[3] = items[3].model_copy(update={"score": 0.01})
+    # Item 0 would still lead on score (1.0 * 0.5 > 0.01 * 1.5); the veto puts it after everything.
+    llm_server.responder = scorer({0: 0.5, 1: 5, 2: 5, 3: 10}.__getitem__)
+    outcome = LLMReranker(client, veto_floor=0.1).rerank("q", items, deadline_s=5)
+    assert order(outcome) == ["1", "2", "3", "0"]
+    assert_same_items(outcome, items)
+
+
+def test_a_malformed_batch_keeps_its_scores_and_counts_a_fallback(
+    llm_server: Server, client: LLMClient
+) -> None:
+    items = make_items(20)
+    good = scorer(lambda n: 10.0 if n == 15 else 5.0)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        # The repair request repeats the first prompt, so both get the same bad answer.
+        return Reply(text="These all look relevant to me!") if "memory 0 " in prompt_of(body) else good(body)
+
+    llm_server.responder = respond
+    outcome = LLMReranker(client, batch_size=10).rerank("q", items, deadline_s=5)
+    assert outcome.batches == 2 and outcome.fallbacks == 1
+    assert len(llm_server.requests) == 3  # batch 1 twice (client repair), batch 2 once
+    assert "rerank batch 1/2" in outcome.notes[0] and "malformed" in outcome.notes[0]
+    first_batch = {i.id for i in items[:10]}
+    for item in outcome.items:
+        if item.id in first_batch:
+            assert "rerank" not in item.scores and item.score == items[int(item.text.split()[1])].score
+    assert order(outcome)[0] == "15"  # 0.85 * 1.5 beats 1.0 unchanged
+    assert_same_items(outcome, items)
+
+
+def test_a_batch_failing_with_500_keeps_its_scores(llm_server: Server, client: LLMClient) -> None:
+    items = make_items(20)
+    good = scorer(lambda n: 5.0)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if "memory 10 " in prompt_of(body):
+            return Reply(status=500, headers={"retry-after": "0"})
+        return good(body)
+
+    llm_server.responder = respond
+    outcome = LLMReranker(client, batch_size=10).rerank("q", items, deadline_s=5)
+    assert outcome.fallbacks == 1 and "500" in outcome.notes[0] and "batch 2/2" in outcome.notes[0]
+    assert outcome.usage.calls == 2 and outcome.usage.failures == 1
+    assert [i.score for i in outcome.items] == [i.score for i in items]  # 5/10 -> x1.0; the rest kept
+    assert sum("rerank" in i.scores for i in outcome.items) == 10
+
+
+def test_a_slow_server_past_the_deadline_keeps_the_original_order(
+    llm_server: Server, client: LLMClient
+) -> None:
+    items = make_items(5)
+    reversed_scores = scorer(lambda n: float(n * 2))
+    llm_server.responder = lambda body: Reply(text=reversed_scores(body).text, delay_s=1.2)
+    started = time.monotonic()
+    outcome = LLMReranker(client).rerank("q", items, deadline_s=0.3)
+    assert time.monotonic() - started < 1.0  # did not wait for the straggler
+    assert outcome.timed_out and outcome.items == items
+    assert outcome.notes == ["rerank timed out after 0.3 s; original order kept"]
+    # Let the straggler land before the server stops, so it ends quietly rather than in an error.
+    for thread in threading.enumerate():
+        if thread.name == "mnemoplan-rerank":
+            thread.join(timeout=5)
+
+
+def test_forty_items_go_in_three_concurrent_batches(llm_server: Server, client: LLMClient) -> None:
+    items = make_items(40)
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, peak
+    rate = scorer(lambda n: float(n % 11))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+        time.sleep(0.2)
+        with lock:
+            in_flight[0] -= 1
+        return rate(body)
+
+    llm_server.responder = respond
+    outcome = LLMReranker(client, batch_size=16, max_in_flight=6).rerank("q", items, deadline_s=5)
+    sizes = [len(LINE.findall(prompt_of(body))) for body in llm_server.requests]
+    assert len(sizes) == 3 and sum(sizes) == 40 and max(sizes) <= 16
+    assert in_flight[1] >= 2
+    assert outcome.batches == 3 and outcome.fallbacks == 0
+    assert_same_items(outcome, items)
+    assert all("rerank" in item.scores for item in outcome.items)
+    assert outcome.usage.calls == 3 and outcome.usage.cost_usd == pytest.approx(3 * (400 + 60 * 5) / 1e6)
+
+
+def test_ids_sharing_a_prefix_are_told_apart(llm_server: Server, client: LLMClient) -> None:
+    items = [i.model_copy(update={"id": "samesame" + i.id}) for i in make_items(3)]
+    llm_server.responder = scorer({0: 0, 1: 4, 2: 10}.__getitem__)
+    outcome = LLMReranker(client, veto_floor=0).rerank("q", items, deadline_s=5)
+    assert order(outcome) == ["2", "1", "0"]
+    assert [i.scores["rerank"] for i in outcome.items] == [10, 4, 0]
+
+
+def test_blend_is_stable_for_ties_and_leaves_unscored_items_alone() -> None:
+    items = make_items(4)
+    items = [i.model_copy(update={"score": 1.0}) for i in items]
+    ranked = blend(items, {1: 5.0, 3: 5.0}, weight=1.0, veto_floor=0.1)
+    assert [i.text.split()[1] for i in ranked] == ["0", "1", "2", "3"]
+    assert "rerank" not in ranked[0].scores and ranked[1].scores["rerank"] == 5.0
+
+
+def test_empty_input_sends_nothing(llm_server: Server, client: LLMClient) -> None:
+    outcome = LLMReranker(client).rerank("q", [], deadline_s=1)
+    assert outcome.items == [] and llm_server.requests == []
+
+
+def test_cross_encoder_with_a_missing_model_is_unavailable(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(Unavailable, match="does not exist") as info:
+        CrossEncoderScorer(missing).score([("q", "text")])
+    assert "never downloaded" in info.value.hint
+    reranker = CrossEncoderReranker(missing)
+    try:
+        with pytest.raises(Unavailable):
+            reranker.rerank("q", make_items(2), deadline_s=1)
+    finally:
+        reranker.close()
