@@ -220,3 +220,32 @@ def test_undecodable_bytes_never_crash_the_server(tmp_path: Path) -> None:
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def test_explain_plan_then_an_edited_plan_runs_exactly_as_given(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        await call(client, "remember", user_id="gail", session_id="s",
+                   messages=[{"content": "I planted tulips in the allotment", "speaker": "Gail"},
+                             {"content": "The tulips came up red in April", "speaker": "Gail"}])  # fmt: skip
+        explained = await call(client, "explain_plan", query="When did the tulips come up?", user_id="gail")
+        assert {d["name"] for d in explained["indexes"]} >= {
+            "semantic", "bm25", "entity_graph", "graph_traversal", "temporal", "fact_store", "working_memory",
+            "hierarchical"}  # fmt: skip
+        assert explained["planner_instructions"] and explained["plan_schema"]["title"] == "QueryPlan"
+        plan = explained["deep_plan"]
+        dropped = plan["steps"][-1]["step_id"]
+        plan["steps"] = [s for s in plan["steps"] if s["step_id"] != dropped and dropped not in s["depends_on"]]
+        result = await call(client, "deep_memory_search", query="When did the tulips come up?", user_id="gail",
+                            plan=plan)  # fmt: skip
+        assert result["stats"]["rounds"] == 1
+        ran = result["plans"][0]
+        assert [s["step_id"] for s in ran["steps"]] == [s["step_id"] for s in plan["steps"]]
+        assert [s["params"] for s in ran["steps"]] == [s["params"] for s in plan["steps"]]
+        assert {s["step_id"] for s in result["steps"]} == {s["step_id"] for s in plan["steps"]}
+        assert ran["source"] == "caller"
+        # A plan naming an unknown index is a clear error listing the valid ones.
+        bad = {**plan, "steps": [{"step_id": "x", "index": "telepathy"}]}
+        text = await error_text(client, "deep_memory_search", query="tulips", user_id="gail", plan=bad)
+        assert "invalid_plan" in text and "telepathy" in text and "semantic" in text
+
+    run_with_client(tmp_path / "data", scenario)

@@ -1,0 +1,198 @@
+"""deep_memory_search: rules, caller plans, and the LLM paths against a loopback Messages API."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemoplan.model import MessageIn, PlanStep, QueryPlan
+from mnemoplan.planner.fingerprint import plan_fingerprint
+from mnemoplan.server.service import MemoryService
+from tests.conftest import make_service
+from tests.llm_server import LoopbackMessagesServer, Reply
+
+HAIKU = "claude-haiku-4-5"  # $1 / $5 per million input / output tokens
+
+CHAT = [
+    ("Ann", "I started pottery classes at the Riverside studio last week"),
+    ("Ben", "Nice! What did you make first?"),
+    ("Ann", "A lopsided blue bowl, but I love it"),
+    ("Ben", "My sister Mia moved to Lisbon in May"),
+    ("Ann", "Lisbon is lovely, is she teaching there?"),
+    ("Ben", "Yes, she teaches chemistry at an international school"),
+]
+
+
+def seed(service: MemoryService) -> None:
+    msgs = [MessageIn(content=text, speaker=who) for who, text in CHAT]
+    service.remember(messages=msgs, user_id="u", session_id="s1")
+
+
+class Roles:
+    """Answers each LLM role from its own queue; records which roles were asked."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, deque[Reply]] = defaultdict(deque)
+        self.asked: list[str] = []
+
+    @staticmethod
+    def role(request: dict[str, Any]) -> str:
+        system = request.get("system", "")
+        system = system if isinstance(system, str) else json.dumps(system)
+        if "You revise a retrieval plan" in system:
+            return "replan"
+        if "You plan retrieval" in system:
+            return "plan"
+        if "You judge whether memories" in system:
+            return "evaluate"
+        return "rerank"
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        role = self.role(request)
+        self.asked.append(role)
+        if self.queues[role]:
+            return self.queues[role].popleft()
+        if role == "rerank":  # score every listed id 5
+            ids = re.findall(r"\[([0-9a-f]{8,})\]", request["messages"][-1]["content"])
+            return Reply(json.dumps({"scores": {i: 5 for i in ids}}))
+        if role == "evaluate":
+            return Reply(json.dumps({"sufficient": True, "confidence": 0.9, "diagnosis": "ok"}))
+        return Reply("not json at all")
+
+
+@pytest.fixture
+def llm() -> Iterator[tuple[LoopbackMessagesServer, Roles]]:
+    roles = Roles()
+    server = LoopbackMessagesServer(responder=roles).start()
+    yield server, roles
+    server.stop()
+
+
+def llm_service(tmp_path: Path, server: LoopbackMessagesServer, **extra: Any) -> MemoryService:
+    return make_service(tmp_path / "data", ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=server.url,
+                        llm_model=HAIKU, **extra)  # fmt: skip
+
+
+def plan_reply(*steps: dict[str, Any], tokens: tuple[int, int] = (1000, 200)) -> Reply:
+    body = {"steps": list(steps), "combination_strategy": "weighted_union", "expected_answer_type": "text",
+            "max_results": 10}  # fmt: skip
+    return Reply(json.dumps(body), input_tokens=tokens[0], output_tokens=tokens[1])
+
+
+def test_rules_only_deep_search_reports_plans_steps_and_stats(service: MemoryService) -> None:
+    seed(service)
+    result = service.deep_search("Where does Ben's sister teach chemistry?", user_id="u")
+    assert "Yes, she teaches chemistry at an international school" in [i.text for i in result.items]
+    assert result.plans and result.plans[0].source == "deterministic"
+    assert {s.index for s in result.steps} >= {"bm25", "semantic", "fact_store"}
+    assert all(s.useful is not None for s in result.steps)
+    assert result.stats.rounds == len(result.plans) and result.stats.llm_calls == 0
+    assert set(result.stats.durations_ms) >= {"plan", "execute", "rank", "evaluate", "total"}
+    fingerprints = [plan_fingerprint(p) for p in result.plans]
+    assert len(fingerprints) == len(set(fingerprints))  # never the same plan twice
+
+
+def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None:
+    seed(service)
+    result = service.deep_search("Which orchestra instrument does Ann rehearse on Thursdays?", user_id="u")
+    assert result.stats.rounds >= 2 and not result.evaluations[0]["sufficient"]
+    assert result.plans[1].source == "replan"
+
+
+def test_a_caller_plan_runs_exactly_as_given(service: MemoryService) -> None:
+    seed(service)
+    plan = QueryPlan(query="pottery", steps=[PlanStep(step_id="only", index="bm25", params={"top_k": 3})])
+    result = service.deep_search("pottery", user_id="u", plan=plan)
+    assert result.stats.rounds == 1 and [s.step_id for s in result.steps] == ["only"]
+    assert result.plans[0].steps == plan.steps and result.plans[0].source == "caller"
+    assert len(result.items) <= 3
+
+
+def test_llm_plan_is_used_and_cost_comes_from_reported_usage(tmp_path: Path, llm: Any) -> None:
+    server, roles = llm
+    service = llm_service(tmp_path, server)
+    try:
+        seed(service)
+        roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 20}}))
+        result = service.deep_search("pottery studio", user_id="u")
+        assert result.plans[0].source == "llm" and [s.step_id for s in result.plans[0].steps] == ["kw"]
+        assert roles.asked[:2] == ["plan", "evaluate"] and "rerank" in roles.asked
+        assert result.stats.llm_calls == len(roles.asked)
+        # The planner's reply reported 1000/200 tokens; every other scripted reply 10/5.
+        tokens_in = 1000 + 10 * (len(roles.asked) - 1)
+        tokens_out = 200 + 5 * (len(roles.asked) - 1)
+        assert result.stats.input_tokens == tokens_in and result.stats.output_tokens == tokens_out
+        assert result.stats.cost_usd == pytest.approx((tokens_in * 1.0 + tokens_out * 5.0) / 1e6)
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        ([Reply("no json here"), Reply("still { not json")], "malformed"),
+        ([Reply(status=500), Reply(status=500)], "500"),
+        ([Reply(plan_reply().text, delay_s=3.0)], "timed out"),
+    ],
+)
+def test_llm_planner_failures_fall_back_to_the_rules_and_say_so(
+    tmp_path: Path, llm: Any, failure: list[Reply], reason: str
+) -> None:
+    server, roles = llm
+    service = llm_service(tmp_path, server, llm_timeout_s=0.5)
+    try:
+        seed(service)
+        roles.queues["plan"].extend(failure)
+        result = service.deep_search("pottery studio", user_id="u")
+        assert result.plans[0].source == "deterministic"
+        warning = next(w for w in result.warnings if "planner fell back" in w)
+        assert reason in warning.lower()
+        assert result.items  # the search itself still worked
+    finally:
+        service.close()
+
+
+def test_insufficient_then_replanned_then_sufficient_in_round_two(tmp_path: Path, llm: Any) -> None:
+    server, roles = llm
+    service = llm_service(tmp_path, server)
+    try:
+        seed(service)
+        roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 2}}))
+        roles.queues["evaluate"].append(Reply(json.dumps({
+            "sufficient": False, "confidence": 0.2, "diagnosis": "nothing about her job",
+            "step_assessments": [{"step_id": "kw", "useful": False, "quality": 0.1, "issue": "too narrow"}],
+            "suggested_changes": ["add semantic search"]})))  # fmt: skip
+        roles.queues["replan"].append(plan_reply(
+            {"step_id": "kw", "index": "bm25", "params": {"top_k": 20}},
+            {"step_id": "sem", "index": "semantic", "params": {"top_k": 20}}))  # fmt: skip
+        roles.queues["evaluate"].append(Reply(json.dumps({"sufficient": True, "confidence": 0.8, "diagnosis": "found"})))
+        result = service.deep_search("Where does Mia teach chemistry?", user_id="u")
+        assert result.stats.rounds == 2 and result.sufficient
+        assert [p.source for p in result.plans] == ["llm", "replan"]
+        assert [e["sufficient"] for e in result.evaluations] == [False, True]
+        assert result.steps[0].issue == "too narrow" and result.steps[0].round == 1
+        assert "Yes, she teaches chemistry at an international school" in [i.text for i in result.items]
+        # The plan that worked is cached for queries of the same shape.
+        assert service.explain_plan("Where does Mia teach physics?", user_id="u").cached_plan
+    finally:
+        service.close()
+
+
+def test_a_malformed_rerank_reply_keeps_the_order_and_is_counted(tmp_path: Path, llm: Any) -> None:
+    server, roles = llm
+    service = llm_service(tmp_path, server)
+    try:
+        seed(service)
+        roles.queues["rerank"].extend([Reply("nope"), Reply("still nope")])
+        result = service.deep_search("pottery studio", user_id="u")
+        assert result.stats.rerank_fallbacks >= 1
+        assert any("rerank" in w.lower() for w in result.warnings)
+        assert result.items
+    finally:
+        service.close()
