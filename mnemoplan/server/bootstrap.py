@@ -13,6 +13,7 @@ from mnemoplan.indexes.fact_store import FactStoreIndex
 from mnemoplan.indexes.hierarchy import HierarchicalIndex
 from mnemoplan.indexes.lexical import BM25SearchIndex
 from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.indexes.search_log import SearchLog
 from mnemoplan.indexes.semantic import SemanticIndex
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.indexes.temporal import TemporalIndex
@@ -103,6 +104,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         deep=deep,
         limits=limits,
         default_user_id=settings.default_user_id,
+        search_log=SearchLog(settings.data_dir / "searches"),
     )
 
 

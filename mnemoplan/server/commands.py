@@ -33,6 +33,57 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def summarise_searches(entries: list[dict]) -> dict[str, dict]:
+    """Aggregates of logged searches per tool: counts, errors, latency, rounds, cost, indexes."""
+    out: dict[str, dict] = {}
+    for tool in sorted({e.get("tool", "?") for e in entries}):
+        rows = [e for e in entries if e.get("tool") == tool]
+        ok = [e for e in rows if e.get("ok")]
+        durations = sorted(e.get("duration_ms", 0.0) for e in rows)
+        indexes: dict[str, int] = {}
+        for e in ok:
+            for step in e.get("steps", []):
+                if step.get("count"):
+                    name = step.get("index") or step.get("name", "?")
+                    indexes[name] = indexes.get(name, 0) + 1
+        out[tool] = {
+            "searches": len(rows),
+            "errors": len(rows) - len(ok),
+            "p50_ms": round(durations[len(durations) // 2], 2) if durations else 0.0,
+            "p95_ms": round(durations[min(len(durations) - 1, int(0.95 * len(durations)))], 2) if durations else 0.0,
+            "mean_rounds": round(sum(e.get("rounds", 1) for e in ok) / len(ok), 2) if ok else 0.0,
+            "mean_items": round(sum(e.get("items", 0) for e in ok) / len(ok), 2) if ok else 0.0,
+            "cost_usd": round(sum(e.get("cost_usd", 0.0) for e in ok), 6),
+            "llm_calls": sum(e.get("llm_calls", 0) for e in ok),
+            "indexes_with_results": dict(sorted(indexes.items(), key=lambda kv: -kv[1])),
+        }
+    return out
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Aggregates of the search log (every recall and deep search): counts, latency, rounds, cost."""
+    import json
+
+    from mnemoplan.indexes.search_log import load_entries
+    from mnemoplan.server.cli import _settings
+
+    settings = _settings(args)
+    entries = load_entries(settings.data_dir / "searches", args.user)
+    summary = summarise_searches(entries)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    if not entries:
+        print("no searches logged yet")
+        return 0
+    for tool, s in summary.items():
+        print(f"{tool}: {s['searches']} searches, {s['errors']} errors, p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, "
+              f"{s['mean_rounds']} rounds, {s['mean_items']} items, {s['llm_calls']} LLM calls, ${s['cost_usd']}")
+        if s["indexes_with_results"]:
+            print("   indexes that found something: " + ", ".join(f"{k} {v}" for k, v in s["indexes_with_results"].items()))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmark retrieval quality, latency and ingest cost (see bench/README.md)."""
     from mnemoplan.bench.runner import run_from_args
@@ -49,6 +100,11 @@ def add_commands(sub: argparse._SubParsersAction, common: Callable[[argparse.Arg
     p.add_argument("--limit", type=int, default=10, help="how many results (default 10)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("stats", help="aggregates of the search log", description=cmd_stats.__doc__)
+    common(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_stats)
 
     from mnemoplan.bench.runner import add_arguments
 

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
 
-from mnemoplan.errors import InvalidInput, NotFound, TooLarge
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge
 from mnemoplan.indexes.embedder import Embedder
 from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory
 from mnemoplan.indexes.lance_log import sql_in, sql_str
 from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.indexes.search_log import SearchLog
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import (
     ExplainPlanResult,
@@ -35,6 +37,7 @@ from mnemoplan.planner.deep import DeepSearch
 from mnemoplan.planner.recall import RecallPipeline, Scope
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class MemoryService:
         limits: Limits,
         default_user_id: str,
         ingest: IngestConfig | None = None,
+        search_log: SearchLog | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -83,8 +87,29 @@ class MemoryService:
         self.limits = limits
         self.default_user_id = default_user_id
         self.ingestor = Ingestor(store, embedder.embed, ingest)
+        self.search_log = search_log
 
     # -- argument checks -----------------------------------------------------------------
+
+    def _logged(self, tool: str, user: str, query: str, search: Callable[[], T]) -> T:
+        """Run a search and log it (query, plan, timings, counts, rounds, cost, outcome)."""
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"ts": datetime.now(UTC).isoformat(), "tool": tool, "user_id": user, "query": query}
+        try:
+            result = search()
+        except MnemoError as exc:
+            entry.update(ok=False, error=exc.code)
+            raise
+        except Exception:
+            entry.update(ok=False, error="internal_error")
+            raise
+        else:
+            entry.update(ok=True, **search_summary(result))
+            return result
+        finally:
+            entry["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            if self.search_log is not None:
+                self.search_log.record(entry)
 
     def _user(self, user_id: str | None) -> str:
         return check_scope(user_id or self.default_user_id, what="user_id", required=True)
@@ -188,7 +213,8 @@ class MemoryService:
             raise InvalidInput(f"limit must be between 1 and {self.limits.recall_max_limit}, got {limit}.")
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
-        return self.recall_pipeline.run(query, scope, limit=limit, reference_time=reference_time)
+        return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
+            query, scope, limit=limit, reference_time=reference_time))  # fmt: skip
 
     def deep_search(
         self,
@@ -215,7 +241,8 @@ class MemoryService:
             )
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
-        return self.deep.run(query, scope, max_results=max_results, plan=plan, reference_time=reference_time)
+        return self._logged("deep", user, query, lambda: self.deep.run(
+            query, scope, max_results=max_results, plan=plan, reference_time=reference_time))  # fmt: skip
 
     def single_index_search(
         self, index: str, query: str, *, user_id: str | None = None, params: dict[str, Any] | None = None
@@ -276,6 +303,9 @@ class MemoryService:
             label = scope
         else:
             raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
+        if self.search_log is not None:
+            forgotten = self.search_log.forget(user, None if label == "user" else set(report.ids))
+            report.per_store["search_log"] = forgotten
         return ForgetReceipt(
             user_id=user,
             scope=label,
@@ -295,4 +325,28 @@ class MemoryService:
     def close(self) -> None:
         """Release every store."""
         self.deep.close()
+        if self.search_log is not None:
+            self.search_log.close()
         self.store.close()
+
+
+def search_summary(result: Any) -> dict[str, Any]:
+    """What the search log keeps of a recall or deep search result."""
+    if isinstance(result, RecallResult):
+        plan = result.trace.plan
+        return {
+            "plan": plan.name if plan else "", "steps": [s.model_dump() for s in result.trace.signals],
+            "timings_ms": result.trace.timings_ms, "items": len(result.items), "candidates": result.total_candidates,
+            "rounds": 1, "cost_usd": 0.0, "llm_calls": 0, "result_ids": [i.id for i in result.items][:50],
+            "warnings": len(result.warnings),
+        }  # fmt: skip
+    stats = result.stats
+    return {
+        "plan": result.plans[-1].name if result.plans else "",
+        "steps": [{"name": s.step_id, "index": s.index, "count": s.count, "ms": s.ms, "error": s.error}
+                  for s in result.steps],  # fmt: skip
+        "timings_ms": stats.durations_ms, "items": len(result.items),
+        "candidates": sum(stats.candidates_per_index.values()), "rounds": stats.rounds, "cost_usd": stats.cost_usd,
+        "llm_calls": stats.llm_calls, "sufficient": result.sufficient, "result_ids": [i.id for i in result.items][:50],
+        "warnings": len(result.warnings),
+    }  # fmt: skip

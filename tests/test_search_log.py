@@ -1,0 +1,48 @@
+"""Every recall and deep search is logged; forget removes the traces; stats aggregates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mnemoplan.errors import InvalidInput
+from mnemoplan.server.cli import main
+from mnemoplan.server.service import MemoryService
+from tests.conftest import make_service
+
+
+def test_searches_are_logged_and_forget_removes_their_traces(service: MemoryService) -> None:
+    kept = service.remember(content="the heron nests by the weir", user_id="u").ids[0]
+    secret = service.remember(content="the safe code is 9981 under the heron print", user_id="u").ids[0]
+    service.recall("heron", user_id="u")
+    service.deep_search("safe code", user_id="u")
+    with pytest.raises(InvalidInput):
+        service.recall("   ", user_id="u")
+    entries = service.search_log.entries("u")
+    assert [e["tool"] for e in entries] == ["recall", "deep"]  # a rejected query never ran a search
+    assert all(e["ok"] and e["duration_ms"] > 0 and e["plan"] for e in entries)
+    assert secret in entries[1]["result_ids"] and entries[1]["rounds"] >= 1
+    receipt = service.forget(ids=[secret], user_id="u")
+    assert receipt.deleted["search_log"] == 2  # both searches returned the forgotten memory
+    assert all(secret not in e["result_ids"] for e in service.search_log.entries("u"))
+    service.recall("weir", user_id="u")
+    service.forget(scope="user", user_id="u")
+    assert service.search_log.entries("u") == []
+    assert kept
+
+
+def test_stats_command_reads_the_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    svc = make_service(tmp_path / "data")
+    try:
+        svc.remember(content="otters play in the river", user_id="u")
+        for _ in range(3):
+            svc.recall("otters", user_id="u")
+        svc.deep_search("river otters", user_id="u")
+    finally:
+        svc.close()
+    assert main(["stats", "--data-dir", str(tmp_path / "data"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["recall"]["searches"] == 3 and summary["deep"]["searches"] == 1
+    assert summary["recall"]["errors"] == 0 and summary["recall"]["p50_ms"] > 0
