@@ -153,6 +153,7 @@ def time_recall(service: Any, queries: list[str], limit: int) -> dict[str, Any]:
         "signals_median_ms": {k: round(statistics.median(v), 2) for k, v in signals.items()},
         "signals_seen_in": {k: len(v) for k, v in signals.items()},
         "items_median": statistics.median(results) if results else 0,
+        "latencies_ms": [round(ms, 2) for ms in latencies],  # in query order, to see drift
     }
 
 

@@ -210,15 +210,27 @@ class Ingestor:
         if episode is not None:
             records.append(episode)
             rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
-        rows = np.concatenate(rows)
         if old_episode:
             self.store.retract(user_id, [old_episode])
-        stored = self.store.append(records, rows)
+        stored = self.store.append(records, np.concatenate(rows))
+        self._apply(user_id, supersede, reinforce)
+        return IngestResult(ids, stored, duplicates, len(keep) + (episode is not None), warnings)
+
+    def add_facts(self, user_id: str, facts: list[Record]) -> list[Record]:
+        """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules."""
+        if not facts:
+            return []
+        vectors = self.embed_records(facts)
+        keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
+        stored = self.store.append([facts[i] for i in keep], vectors[keep]) if keep else []
+        self._apply(user_id, supersede, reinforce)
+        return stored
+
+    def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
         for old, new in supersede:
             self.store.supersede(user_id, old, new)
         for old in reinforce:
             self.store.reinforce(user_id, old)
-        return IngestResult(ids, stored, duplicates, len(keep) + (episode is not None), warnings)
 
     def _episode_vector(self, episode: Record, fresh: list[Record], fresh_vectors: np.ndarray) -> np.ndarray:
         """An episode's vector: the mean of its messages' vectors (no model call for a long summary)."""

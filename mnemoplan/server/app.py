@@ -125,6 +125,8 @@ def register_tools(mcp: MCPServer) -> None:
         kind: Annotated[Kind | None, Field(description="message (default), fact, procedure or episode.")] = None,
         speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
         metadata: Annotated[dict[str, Any] | None, Field(description="Free-form JSON kept with it.")] = None,
+        flush: Annotated[bool, Field(description="Extract facts from this session's pending messages now "
+                                                 "(with an LLM configured; otherwise every 10 messages).")] = False,
     ) -> RememberResult:
         """Store messages or facts for a user, losslessly, and index them. Repeats are not stored twice."""
         return await call_service(
@@ -132,6 +134,7 @@ def register_tools(mcp: MCPServer) -> None:
             lambda s: s.remember(
                 content=content, messages=messages, user_id=user_id, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
+                flush=flush,
             ),  # fmt: skip
         )
 

@@ -23,10 +23,12 @@ from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.llm import LLMClient
 from mnemoplan.planner.llm_evaluator import LLMEvaluator
+from mnemoplan.planner.llm_extractor import LLMFactExtractor
 from mnemoplan.planner.llm_planner import LLMPlanner, LLMReplanner
 from mnemoplan.planner.ranking import RankingConfig
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline
 from mnemoplan.planner.rerank import CrossEncoderReranker, LLMReranker
+from mnemoplan.server.extraction import BackgroundExtraction
 from mnemoplan.server.service import Limits, MemoryService
 
 log = logging.getLogger(__name__)
@@ -91,12 +93,13 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         recall_max_limit=settings.recall_max_limit,
         deep_max_results=settings.deep_max_results,
     )
-    llm = llm_parts(settings)
+    client = llm_client(settings)
+    llm = llm_parts(settings, client)
     if settings.recall_rerank != "off":
         recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
         recall.rerank_deadline_s = settings.recall_rerank_deadline_s
     deep = DeepSearch(recall, deep_config(settings), llm)
-    return MemoryService(
+    service = MemoryService(
         store=store,
         embedder=embedder,
         registry=registry,
@@ -105,6 +108,24 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         limits=limits,
         default_user_id=settings.default_user_id,
         search_log=SearchLog(settings.data_dir / "searches"),
+    )
+    if client is not None:
+        service.extraction = BackgroundExtraction(
+            service.ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
+            every=settings.llm_extraction_every,
+        )  # fmt: skip
+    return service
+
+
+def llm_client(settings: Settings) -> LLMClient | None:
+    """The one LLM client every LLM part shares, when an API key is configured."""
+    if not settings.llm_enabled or settings.anthropic_api_key is None:
+        return None
+    return LLMClient(
+        api_key=settings.anthropic_api_key.get_secret_value(),
+        model=settings.llm_model,
+        base_url=settings.anthropic_base_url,
+        timeout_s=settings.llm_timeout_s,
     )
 
 
@@ -124,20 +145,14 @@ def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
     return CrossEncoderReranker(settings.reranker_path) if settings.reranker_path else None
 
 
-def llm_parts(settings: Settings) -> LLMParts:
+def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
     """The LLM-backed planner, evaluator, replanner and reranker, when an API key is configured.
 
     Without a key every part is None and deep search runs on its rules; a configured local
     cross-encoder still reranks.
     """
-    if not settings.llm_enabled or settings.anthropic_api_key is None:
+    if client is None:
         return LLMParts(reranker=cross_encoder(settings))
-    client = LLMClient(
-        api_key=settings.anthropic_api_key.get_secret_value(),
-        model=settings.llm_model,
-        base_url=settings.anthropic_base_url,
-        timeout_s=settings.llm_timeout_s,
-    )
     reranker = LLMReranker(client) if settings.llm_rerank else cross_encoder(settings)
     return LLMParts(planner=LLMPlanner(client), evaluator=LLMEvaluator(client), replanner=LLMReplanner(client),
                     reranker=reranker)  # fmt: skip

@@ -79,6 +79,8 @@ class MemoryService:
         ingest: IngestConfig | None = None,
         search_log: SearchLog | None = None,
     ) -> None:
+        # Set by the composition root when an LLM extracts facts in the background.
+        self.extraction: Any = None
         self.store = store
         self.embedder = embedder
         self.registry = registry
@@ -144,6 +146,7 @@ class MemoryService:
         kind: str | None = None,
         speaker: str | None = None,
         metadata: dict[str, Any] | None = None,
+        flush: bool = False,
     ) -> RememberResult:
         """Store one text or a list of messages, losslessly, skipping exact repeats.
 
@@ -181,6 +184,9 @@ class MemoryService:
                 )
             )
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project)
+        if self.extraction is not None:
+            new = [r.id for r in result.stored if r.kind == "message"]
+            self.extraction.note(user, session, new, flush=flush)
         return RememberResult(
             user_id=user,
             session_id=session,
@@ -306,6 +312,8 @@ class MemoryService:
         if self.search_log is not None:
             forgotten = self.search_log.forget(user, None if label == "user" else set(report.ids))
             report.per_store["search_log"] = forgotten
+        if self.extraction is not None:
+            self.extraction.forget(user, None if label == "user" else set(report.ids))
         return ForgetReceipt(
             user_id=user,
             scope=label,
@@ -325,6 +333,8 @@ class MemoryService:
     def close(self) -> None:
         """Release every store."""
         self.deep.close()
+        if self.extraction is not None:
+            self.extraction.close()
         if self.search_log is not None:
             self.search_log.close()
         self.store.close()

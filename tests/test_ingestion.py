@@ -1,0 +1,130 @@
+"""Ingestion: derived facts, supersede with history, per-user graph, LLM extraction that loses nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mnemoplan.model import MessageIn, PlanStep, QueryPlan
+from mnemoplan.server.service import MemoryService
+from tests.conftest import make_service
+from tests.llm_server import LoopbackMessagesServer, Reply
+
+SAID = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)
+
+
+def facts_of(service: MemoryService, user: str) -> list[dict[str, Any]]:
+    service.store.wait_for_writes(user)
+    return service.store.log.select(f"user_id = '{user}' AND kind = 'fact'",
+                                    ["id", "text", "superseded_by", "valid_to", "mention_count", "derived_from"])  # fmt: skip
+
+
+def test_a_fact_is_read_from_a_message_with_its_resolved_date(service: MemoryService) -> None:
+    ids = service.remember(messages=[MessageIn(content="I adopted a puppy named Max yesterday", speaker="Melanie",
+                                               occurred_at=SAID)], user_id="u", session_id="s").ids  # fmt: skip
+    facts = facts_of(service, "u")
+    assert len(facts) == 1 and facts[0]["derived_from"] == ids
+    assert "Melanie adopted a puppy named Max" in facts[0]["text"] and "7 May 2023" in facts[0]["text"]
+
+
+def test_a_repeated_fact_is_reinforced_not_copied(service: MemoryService) -> None:
+    for session in ("s1", "s2"):
+        service.remember(messages=[MessageIn(content="I love pottery", speaker="Mel")], user_id="u", session_id=session)
+    facts = facts_of(service, "u")
+    assert len(facts) == 1 and facts[0]["mention_count"] == 2
+
+
+def test_supersede_keeps_history_and_recall_prefers_the_current_fact(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="I live in Lyon", speaker="Zoe", occurred_at=SAID)],
+                     user_id="u", session_id="s1")  # fmt: skip
+    service.remember(messages=[MessageIn(content="I live in Porto", speaker="Zoe")], user_id="u", session_id="s2")
+    facts = {f["text"]: f for f in facts_of(service, "u")}
+    old = next(f for t, f in facts.items() if "Lyon" in t)
+    new = next(f for t, f in facts.items() if "Porto" in t)
+    assert old["superseded_by"] == new["id"] and old["valid_to"] is not None  # history kept
+    assert not new["superseded_by"]
+    found = service.recall("Where does Zoe live?", user_id="u")
+    current = [i for i in found.items if i.kind == "fact"]
+    assert current[0].text.startswith("Zoe lives in Porto") and current[0].current
+    stale = next(i for i in found.items if i.kind == "fact" and "Lyon" in i.text)
+    assert not stale.current and stale.score < current[0].score
+    history = service.deep_search("Zoe lives", user_id="u", plan=QueryPlan(query="Zoe lives", steps=[
+        PlanStep(step_id="f", index="fact_store", params={"include_superseded": True})]))  # fmt: skip
+    assert {"Lyon", "Porto"} <= {w for i in history.items for w in ("Lyon", "Porto") if w in i.text}
+
+
+def test_the_entity_graph_is_per_user(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="We went hiking with Bartholomew in Snowdonia", speaker="Ann")],
+                     user_id="a", session_id="s")  # fmt: skip
+    service.remember(messages=[MessageIn(content="Nothing much today", speaker="Bob")], user_id="b", session_id="s")
+    service.store.wait_for_writes()
+    plan = QueryPlan(query="x", steps=[PlanStep(step_id="g", index="entity_graph",
+                                                params={"entities": ["Bartholomew", "Snowdonia"]})])  # fmt: skip
+    assert service.deep_search("Bartholomew", user_id="a", plan=plan).items
+    assert service.deep_search("Bartholomew", user_id="b", plan=plan).items == []
+    assert "bartholomew" not in service.store.catalog("b").entities
+
+
+def extraction_service(tmp_path: Path, server: LoopbackMessagesServer) -> MemoryService:
+    return make_service(tmp_path / "data", ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=server.url,
+                        llm_timeout_s=0.5, llm_extraction_every=2)  # fmt: skip
+
+
+def wait_until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_llm_extraction_failures_lose_nothing_and_are_retried(tmp_path: Path) -> None:
+    good = {"facts": [{"kind": "fact", "content": "Ivo plays the cello in a quartet", "subject": "Ivo",
+                       "predicate": "plays", "object": "the cello", "entities": ["Ivo"], "confidence": 0.9,
+                       "sources": [1]}]}  # fmt: skip
+    with LoopbackMessagesServer() as server:
+        # Garbage (and garbage again after the client's repair request), then a timeout, then a good reply.
+        server.script(Reply("lol no"), Reply("still no"), Reply("{}", delay_s=2.0), Reply(json.dumps(good)))
+        svc = extraction_service(tmp_path, server)
+        try:
+            msgs = [MessageIn(content="Rehearsal went long tonight", speaker="Ivo"),
+                    MessageIn(content="The quartet needs me on cello again", speaker="Ivo")]  # fmt: skip
+            stored = svc.remember(messages=msgs, user_id="u", session_id="s")
+            assert stored.stored == 2  # remember never waits for the LLM
+            svc.extraction.drain()
+            assert svc.extraction.counters["failed"] == 1 and svc.extraction.pending  # still pending
+            assert svc.store.log.count("user_id = 'u' AND kind = 'message'") == 2  # nothing lost
+            svc.extraction.retry_now()
+            svc.extraction.drain()
+            assert svc.extraction.counters["failed"] == 2 and svc.extraction.pending  # the timeout
+            svc.extraction.retry_now()
+            svc.extraction.drain()
+            assert not svc.extraction.pending and svc.extraction.counters["facts"] == 1
+            llm_facts = [f for f in facts_of(svc, "u") if "cello" in f["text"]]
+            assert llm_facts and llm_facts[0]["derived_from"] == [stored.ids[0]]
+            # Forgetting the source message forgets the extracted fact too.
+            svc.forget(ids=[stored.ids[0]], user_id="u")
+            assert not [f for f in facts_of(svc, "u") if "cello" in f["text"]]
+        finally:
+            svc.close()
+
+
+def test_pending_extraction_survives_a_restart(tmp_path: Path) -> None:
+    with LoopbackMessagesServer() as server:
+        server.script(Reply(status=500), Reply(status=500))
+        svc = extraction_service(tmp_path, server)
+        try:
+            svc.remember(messages=[MessageIn(content="a", speaker="X"), MessageIn(content="b", speaker="X")],
+                         user_id="u", session_id="s")  # fmt: skip
+            svc.extraction.drain()
+            assert svc.extraction.pending
+        finally:
+            svc.close()
+        server.script(Reply(json.dumps({"facts": []})))
+        svc = extraction_service(tmp_path, server)  # start-up retries what was pending
+        try:
+            wait_until(lambda: not svc.extraction.pending)
+        finally:
+            svc.close()
