@@ -229,8 +229,7 @@ class Ingestor:
     def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
         for old, new in supersede:
             self.store.supersede(user_id, old, new)
-        for old in reinforce:
-            self.store.reinforce(user_id, old)
+        self.store.reinforce(user_id, reinforce)
 
     def _episode_vector(self, episode: Record, fresh: list[Record], fresh_vectors: np.ndarray) -> np.ndarray:
         """An episode's vector: the mean of its messages' vectors (no model call for a long summary)."""

@@ -170,6 +170,7 @@ class LanceLog:
         path.mkdir(parents=True, exist_ok=True)
         self._db = lancedb.connect(str(path))
         self._ann_min_rows = ann_min_rows
+        self._scalar_min_rows = max(1, ann_min_rows // 10)
         self._table: Any = None
         self._lock = threading.Lock()
         names = self._db.table_names()
@@ -260,11 +261,16 @@ class LanceLog:
         if self._table is not None:
             self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
 
-    def bump_mentions(self, rid: str, count: int) -> None:
-        """Set a record's mention count (a near-duplicate fact reinforced it)."""
-        self.cache.evict([rid])
-        if self._table is not None:
-            self._table.update(where=f"id = {sql_str(rid)}", values={"mention_count": count})
+    def set_mention_counts(self, counts: dict[str, int]) -> None:
+        """Set mention counts (facts said again), in one update per distinct count."""
+        self.cache.evict(list(counts))
+        if self._table is None:
+            return
+        by_count: dict[int, list[str]] = {}
+        for rid, count in counts.items():
+            by_count.setdefault(count, []).append(rid)
+        for count, ids in by_count.items():
+            self._table.update(where=sql_in("id", ids), values={"mention_count": count})
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""
@@ -286,13 +292,6 @@ class LanceLog:
         self.vector_cache.invalidate()
         if self._table is not None:
             self._table.delete(where)
-
-    def compact(self) -> None:
-        """Merge the small fragments that many small appends leave behind."""
-        if self._table is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self._table.optimize()
 
     def purge(self) -> None:
         """Compact the tables and drop every old version, so deleted bytes leave the disk."""
@@ -327,20 +326,28 @@ class LanceLog:
             self._salts.pop(user_id, None)
             self._keys.delete(f"user_id = {sql_str(user_id)}")
 
-    def maybe_build_ann_index(self) -> bool:
-        """Build (or refresh) the approximate vector index when the table is big enough."""
-        if self._table is None or self._table.count_rows() < self._ann_min_rows:
-            return False
+    def maintain(self) -> None:
+        """Compact the fragments many small writes leave, and index what has grown big enough.
+
+        Scalar (B-tree) indexes on the filtered columns past ``scalar_min_rows``, the
+        approximate vector index past ``ann_min_rows``; new rows are folded into existing
+        indexes. Old versions stay for LanceDB's default week (``purge`` drops them at once).
+        """
+        if self._table is None:
+            return
         from lancedb.index import BTree, HnswSq
 
+        rows = self._table.count_rows()
         names = {idx.name for idx in self._table.list_indices()}
-        if "vector_idx" not in names:
+        if rows >= self._scalar_min_rows:
+            for column in ("id", "user_id", "session_id", "kind", "occurred_at", "event_start", "event_end"):
+                if f"{column}_idx" not in names:
+                    self._table.create_index(column, config=BTree(), name=f"{column}_idx")
+        if rows >= self._ann_min_rows and "vector_idx" not in names:
             self._table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
-        for column in ("id", "user_id"):
-            if f"{column}_idx" not in names:
-                self._table.create_index(column, config=BTree(), name=f"{column}_idx")
-        self._table.optimize()
-        return True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._table.optimize()
 
     # -- reads -------------------------------------------------------------------------
 
