@@ -33,6 +33,7 @@ def test_a_fact_is_read_from_a_message_with_its_resolved_date(service: MemorySer
 def test_a_repeated_fact_is_reinforced_not_copied(service: MemoryService) -> None:
     for session in ("s1", "s2"):
         service.remember(messages=[MessageIn(content="I love pottery", speaker="Mel")], user_id="u", session_id=session)
+    service.store.maintain()  # mention counts reach the log with the next upkeep
     facts = facts_of(service, "u")
     assert len(facts) == 1 and facts[0]["mention_count"] == 2
 

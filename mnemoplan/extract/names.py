@@ -83,8 +83,36 @@ def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]
     return list(found.items())
 
 
+_RELATIONS = (
+    "friend|friends|buddy|pal|sister|brother|mom|mother|dad|father|son|daughter|wife|husband|partner|"
+    "boyfriend|girlfriend|cousin|aunt|uncle|niece|nephew|grandma|grandmother|grandpa|grandfather|"
+    "colleague|coworker|boss|neighbor|neighbour|teacher|mentor|roommate|kid|child|fiance|fiancee"
+)
+_PERSON_CUE = re.compile(rf"\b(?:my|our|his|her|their)\s+(?:best\s+|old\s+|new\s+|little\s+|big\s+)?"
+                         rf"(?:{_RELATIONS})s?,?\s+(?:named\s+|called\s+)?$", re.I)  # fmt: skip
+_PET_CUE = re.compile(r"\b(?:dog|puppy|pup|cat|kitten|pet|horse|bird|rabbit|hamster)s?,?\s+(?:named\s+|called\s+)?$", re.I)
+_PLACE_CUE = re.compile(r"\b(?:in|to|from|at|visited|visiting|near|around|moved to)\s+(?:the\s+)?$", re.I)
+
+
+def guess_type(text: str, name: str) -> str:
+    """A name's type from the words before it: "my sister Ana" -> person, "a pup named Max" -> pet,
+    "moved to Lisbon" -> place; "" when nothing says."""
+    at = text.find(name)
+    if at < 0:
+        return ""
+    before = text[max(0, at - 40) : at]
+    if _PERSON_CUE.search(before):
+        return "person"
+    if _PET_CUE.search(before):
+        return "pet"
+    if _PLACE_CUE.search(before):
+        return "place"
+    return ""
+
+
 def mentions_for(text: str, speaker: str, known: Iterable[str] = ()) -> list[EntityMention]:
-    """The entity mentions of one record: its speaker, then the names in its text."""
+    """The entity mentions of one record: its speaker, then the names in its text (typed when the
+    words before a name say what it is)."""
     out: list[EntityMention] = []
     seen: set[str] = set()
     if speaker:
@@ -94,6 +122,6 @@ def mentions_for(text: str, speaker: str, known: Iterable[str] = ()) -> list[Ent
             seen.add(key)
     for key, name in extract_names(text, known):
         if key not in seen:
-            out.append(EntityMention(key=key, name=name, role="mention"))
+            out.append(EntityMention(key=key, name=name, type=guess_type(text, name), role="mention"))
             seen.add(key)
     return out

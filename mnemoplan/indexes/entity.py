@@ -140,6 +140,9 @@ class EntityGraphIndex(_GraphIndexBase):
         best_for=["questions about a named person, place or thing", "everything said about someone"],
         query_params=[
             ParamSpec(name="entities", type="string_list", description="Names or keys; default: the query's."),
+            ParamSpec(name="entity_type", type="string",
+                      description="Every known entity of this type (person, pet, place, organization): for "
+                      "'who are my friends', 'list the places I visited'."),  # fmt: skip
             ParamSpec(name="hops", type="integer", default=2, description="1: the entities' own records; 2: one more."),
             *WALK_PARAMS,
         ],
@@ -148,7 +151,13 @@ class EntityGraphIndex(_GraphIndexBase):
     )
 
     def search(self, req: SearchRequest) -> list[Hit]:
-        wanted = requested_entities(req, self.param(req, "entities"), self._catalog(req.user_id))
+        catalog = self._catalog(req.user_id)
+        etype = self.param(req, "entity_type")
+        if etype and not self.param(req, "entities"):
+            typed = [info for info in catalog.entities.values() if info.type == etype and not info.spoke]
+            typed.sort(key=lambda info: -info.mentions)
+            return self._walk(req, {info.key: 1.0 for info in typed[:30]}, 1)
+        wanted = requested_entities(req, self.param(req, "entities"), catalog)
         return self._walk(req, {k: 1.0 for k in wanted}, min(2, int(self.param(req, "hops"))))
 
 

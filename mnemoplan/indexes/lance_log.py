@@ -166,6 +166,9 @@ class LanceLog:
         self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000, cache_vectors_per_user: int = 50_000
     ) -> None:
         self.cache = RecordCache(cache_records)
+        # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
+        # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
+        self._rewrite_lock = threading.Lock()
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         path.mkdir(parents=True, exist_ok=True)
         self._db = lancedb.connect(str(path))
@@ -245,53 +248,58 @@ class LanceLog:
 
     def update_vectors(self, ids_to_vectors: dict[str, tuple[str, np.ndarray]]) -> None:
         """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten)."""
-        if self._table is None:
-            return
-        self.cache.evict(list(ids_to_vectors))
-        self.vector_cache.invalidate()
-        for rid, (prev_id, vector) in ids_to_vectors.items():
-            self._table.update(
-                where=f"id = {sql_str(rid)}",
-                values={"prev_id": prev_id, "vector": [float(x) for x in vector]},
-            )
+        with self._rewrite_lock:
+            if self._table is None:
+                return
+            self.cache.evict(list(ids_to_vectors))
+            self.vector_cache.invalidate()
+            for rid, (prev_id, vector) in ids_to_vectors.items():
+                self._table.update(
+                    where=f"id = {sql_str(rid)}",
+                    values={"prev_id": prev_id, "vector": [float(x) for x in vector]},
+                )
 
     def set_superseded(self, rid: str, by_id: str, valid_to: datetime) -> None:
         """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
-        self.cache.evict([rid])
-        if self._table is not None:
-            self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
+        with self._rewrite_lock:
+            self.cache.evict([rid])
+            if self._table is not None:
+                self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
 
     def set_mention_counts(self, counts: dict[str, int]) -> None:
         """Set mention counts (facts said again), in one update per distinct count."""
-        self.cache.evict(list(counts))
-        if self._table is None:
-            return
-        by_count: dict[int, list[str]] = {}
-        for rid, count in counts.items():
-            by_count.setdefault(count, []).append(rid)
-        for count, ids in by_count.items():
-            self._table.update(where=sql_in("id", ids), values={"mention_count": count})
+        with self._rewrite_lock:
+            self.cache.evict(list(counts))
+            if self._table is None:
+                return
+            by_count: dict[int, list[str]] = {}
+            for rid, count in counts.items():
+                by_count.setdefault(count, []).append(rid)
+            for count, ids in by_count.items():
+                self._table.update(where=sql_in("id", ids), values={"mention_count": count})
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""
-        self.cache.evict(ids)
-        self.vector_cache.invalidate()
-        if self._table is None or not ids:
-            return 0
-        deleted = 0
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            where = sql_in("id", chunk)
-            deleted += self._table.count_rows(where)
-            self._table.delete(where)
-        return deleted
+        with self._rewrite_lock:
+            self.cache.evict(ids)
+            self.vector_cache.invalidate()
+            if self._table is None or not ids:
+                return 0
+            deleted = 0
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                where = sql_in("id", chunk)
+                deleted += self._table.count_rows(where)
+                self._table.delete(where)
+            return deleted
 
     def delete_where(self, where: str) -> None:
         """Delete every record matching a filter."""
-        self.cache.evict()
-        self.vector_cache.invalidate()
-        if self._table is not None:
-            self._table.delete(where)
+        with self._rewrite_lock:
+            self.cache.evict()
+            self.vector_cache.invalidate()
+            if self._table is not None:
+                self._table.delete(where)
 
     def purge(self) -> None:
         """Compact the tables and drop every old version, so deleted bytes leave the disk."""
@@ -345,9 +353,15 @@ class LanceLog:
                     self._table.create_index(column, config=BTree(), name=f"{column}_idx")
         if rows >= self._ann_min_rows and "vector_idx" not in names:
             self._table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
-        with warnings.catch_warnings():
+        with self._rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self._table.optimize()
+            for attempt in range(3):
+                try:
+                    self._table.optimize()
+                    break
+                except RuntimeError as exc:  # a commit conflict is retryable; anything else is not
+                    if "conflict" not in str(exc).lower() or attempt == 2:
+                        raise
 
     # -- reads -------------------------------------------------------------------------
 

@@ -93,6 +93,7 @@ class MemoryStore:
         self._writes_since_compact = 0
         self.maintain_every = maintain_every
         self._maintenance_lock = threading.Lock()
+        self._mention_counts: dict[str, int] = {}
         self.overlays = OverlayWriter(
             self.bm25, self.graph, self.journal, self._repair_intent, interval_s=commit_interval_s
         )
@@ -211,13 +212,25 @@ class MemoryStore:
         self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
 
     def reinforce(self, user_id: str, fact_ids: list[str]) -> None:
-        """Facts said again: count the mentions instead of storing copies (one update per call)."""
+        """Facts said again: count the mentions instead of storing copies.
+
+        The counts reach the log at the next maintenance (or close), in one update: a row
+        update per remember would contend with compaction and slow every write.
+        """
         if not fact_ids:
             return
         with self._write_lock:
             ledger = self.ledger(user_id)
-            counts = {rid: ledger.reinforce(rid) for rid in fact_ids}
-            self.log.set_mention_counts({rid: n for rid, n in counts.items() if n})
+            for rid in fact_ids:
+                count = ledger.reinforce(rid)
+                if count:
+                    self._mention_counts[rid] = count
+
+    def _flush_mention_counts(self) -> None:
+        with self._write_lock:
+            counts, self._mention_counts = self._mention_counts, {}
+        if counts:
+            self.log.set_mention_counts(counts)
 
     def session_messages(self, user_id: str, session_id: str) -> list[Record]:
         """The messages of one session, in order."""
@@ -405,6 +418,7 @@ class MemoryStore:
         """Upkeep of the log: compact its fragments and build indexes when due (see LanceLog.maintain)."""
         self.wait_for_writes()
         with self._maintenance_lock:
+            self._flush_mention_counts()
             self.log.maintain()
 
     def _maintain_in_background(self) -> None:
@@ -417,6 +431,7 @@ class MemoryStore:
         def run() -> None:
             with self._maintenance_lock:
                 try:
+                    self._flush_mention_counts()
                     self.log.maintain()
                 except Exception:
                     log.exception("log maintenance failed; it will be tried again")
@@ -426,6 +441,8 @@ class MemoryStore:
     def close(self) -> None:
         """Flush and release every store and the data-directory lock."""
         self.overlays.close()
+        with self._maintenance_lock:
+            self._flush_mention_counts()
         with self._write_lock, self._maintenance_lock:
             self.bm25.close()
             try:

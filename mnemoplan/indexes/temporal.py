@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
@@ -26,6 +27,9 @@ class TemporalIndex(SearchIndex):
                 description="Only records that mention an event time; with depends_on, keeps the dated "
                 "records among those earlier steps found (good for 'when' questions).",
             ),
+            ParamSpec(name="anchor_relation", type="string",
+                      description="'before' or 'after': with depends_on, the window ends (starts) at the time of "
+                      "the best record the earlier step found (an anchor event such as 'the wedding')."),  # fmt: skip
             ParamSpec(name="top_k", type="integer", default=200, description="How many records to return."),
         ],
         returns="Records in the window; events inside it score 1.0, records merely said in it 0.6.",
@@ -39,8 +43,15 @@ class TemporalIndex(SearchIndex):
         return self._log.count(f"user_id = {sql_str(user_id)}") > 0
 
     def window(self, req: SearchRequest) -> tuple[datetime | None, datetime | None]:
-        """The window a step asks for, else the one the analyzer resolved."""
+        """The window a step asks for: explicit, relative to an anchor event, else the analyzer's."""
         start, end = self.param(req, "start"), self.param(req, "end")
+        relation = self.param(req, "anchor_relation")
+        if relation in ("before", "after") and req.upstream and start is None and end is None:
+            best = max(req.upstream, key=lambda h: h.score)
+            anchor = self._log.get(req.user_id, [best.id]).get(best.id)
+            if anchor is not None:
+                when = anchor.event_start or anchor.occurred_at
+                return (None, when) if relation == "before" else (anchor.event_end or anchor.occurred_at, None)
         if start is None and end is None and req.analysis and req.analysis.time_window:
             start, end = req.analysis.time_window.start, req.analysis.time_window.end
         return start, end
@@ -64,6 +75,8 @@ class TemporalIndex(SearchIndex):
         dated_only = bool(self.param(req, "dated_only"))
         if dated_only and req.upstream:
             return self._dated_upstream(req, start, end)
+        if self.param(req, "anchor_relation"):
+            req = replace(req, upstream=[])  # the upstream was the anchor, not a set to narrow
         if start is None and end is None and not (dated_only and req.upstream):
             return []
         said, event = [], ["event_start IS NOT NULL"]

@@ -8,6 +8,7 @@ from mnemoplan.model.plans import (
     PlanStep,
     QueryAnalysis,
     QueryPlan,
+    RecallOptions,
     TimeWindow,
 )
 from mnemoplan.model.records import (
@@ -52,6 +53,7 @@ __all__ = [
     "PlanStep",
     "QueryAnalysis",
     "QueryPlan",
+    "RecallOptions",
     "RecallResult",
     "RecallTrace",
     "Record",

@@ -39,6 +39,7 @@ class TimeWindow(BaseModel):
     end: datetime | None = None
     expression: str = Field("", description="The words that produced the window.")
     relation: Literal["within", "before", "after"] = "within"
+    anchor: str = Field("", description="An event the window is relative to ('the wedding'), found in memory.")
 
 
 class QueryAnalysis(BaseModel):
@@ -112,3 +113,21 @@ class IndexDescriptor(BaseModel):
     returns: str = ""
     examples: list[dict[str, Any]] = Field(default_factory=list)
     available: bool = True
+
+
+class RecallOptions(BaseModel):
+    """Safe per-call overrides of recall's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: dict[str, float] | None = Field(
+        None, description="Fusion weight per index, e.g. {\"bm25\": 0.7, \"semantic\": 0.3} (each 0-5)."
+    )
+    token_budget: int | None = Field(None, ge=50, le=8000, description="Size of the context string.")
+    context_propagation: float | None = Field(
+        None, ge=0.0, le=1.0, description="Share of a neighbouring turn's score a turn inherits."
+    )
+    current_only: bool = Field(False, description="Leave out facts a newer fact superseded.")
+    kinds: list[Literal["message", "fact", "procedure", "episode"]] | None = Field(
+        None, description="Kinds of memory to rank (default: message, fact, procedure)."
+    )

@@ -51,6 +51,11 @@ _BROAD_RE = re.compile(
     r"|\bwhat do (you|we) know about\b|\boverview of\b",
     re.I,
 )
+# "before the wedding", "after my move to Lisbon": a window relative to an event in memory.
+_ANCHOR_RE = re.compile(
+    r"\b(before|after|since|until|prior to)\s+((?:the|my|our|his|her|their|that)\s+[\w' -]{3,40}?)(?=[?.!,]|$|\s+(?:and|or|but|when|did|was|were)\b)",
+    re.I,
+)
 _DATE_RE = re.compile(
     r"^\s*(when|what (date|day|time|year|month)|which (date|day|year|month)|how long ago|since when)\b", re.I
 )
@@ -79,6 +84,19 @@ def _answer_type(query: str, is_list: bool) -> AnswerType:
     if _YESNO_RE.search(query):
         return "yes_no"
     return "text"
+
+
+_FOLLOW_UP_RE = re.compile(
+    r"^\s*(and|but|so|also|then|what about|how about|and then|how much|how many|how long|which one|why|"
+    r"when was that|where was that|it|that|this|they|he|she|those|them)\b",
+    re.I,
+)
+
+
+def is_follow_up(query: str) -> bool:
+    """True for a query that leans on the conversation: "how much?", "and her sister?"."""
+    content = [w for w in _WORD_RE.findall(query.lower()) if w not in _STOP and len(w) > 1]
+    return len(content) <= 1 or (len(content) <= 3 and bool(_FOLLOW_UP_RE.search(query)))
 
 
 def is_smalltalk(query: str) -> bool:
@@ -146,7 +164,11 @@ class QueryAnalyzer:
         answer_type = _answer_type(query, is_list)
         window = None
         times = find_times(query, now)
-        if times:
+        anchor = _ANCHOR_RE.search(query)
+        if anchor and not times:
+            relation = "before" if anchor.group(1).lower() in ("before", "until", "prior to") else "after"
+            window = TimeWindow(expression=anchor.group(0), relation=relation, anchor=anchor.group(2).strip())
+        elif times:
             t = times[0]
             if t.relation == "before":
                 window = TimeWindow(end=t.start, expression=t.text, relation="before")

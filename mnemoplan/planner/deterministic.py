@@ -31,9 +31,21 @@ def recall_plan(analysis: QueryAnalysis, *, max_results: int, recipe: QueryPlan 
     """
     steps = list(recipe.steps)
     if any(e.known and not e.participant for e in analysis.entities):
-        steps.append(recipes.ENTITY_STEP)
-    if analysis.time_window is not None:
-        steps.append(recipes.TIME_WINDOW_STEP.model_copy(update={"weight": window_weight(analysis.time_window)}))
+        entity = recipes.ENTITY_STEP
+        if analysis.intent == "broad":  # "everything about X": a wider walk
+            entity = entity.model_copy(update={"params": {**entity.params, "top_k": 400}, "weight": 0.2})
+        steps.append(entity)
+    if analysis.intent == "aggregation" and analysis.entity_type:
+        steps.append(recipes.TYPE_STEP.model_copy(
+            update={"params": {**recipes.TYPE_STEP.params, "entity_type": analysis.entity_type}}))  # fmt: skip
+    window = analysis.time_window
+    if window is not None and window.anchor:
+        steps.append(recipes.ANCHOR_STEP.model_copy(update={"params": {**recipes.ANCHOR_STEP.params,
+                                                                        "query": window.anchor}}))  # fmt: skip
+        steps.append(recipes.ANCHORED_TIME_STEP.model_copy(
+            update={"params": {**recipes.ANCHORED_TIME_STEP.params, "anchor_relation": window.relation}}))  # fmt: skip
+    elif window is not None:
+        steps.append(recipes.TIME_WINDOW_STEP.model_copy(update={"weight": window_weight(window)}))
     if analysis.answer_type == "date":
         steps.append(recipes.DATED_STEP)
     return recipe.model_copy(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
 
-from mnemoplan.errors import MnemoError, Unavailable
+from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
 from mnemoplan.indexes.base import LazyVector, SearchRequest
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.model import (
@@ -19,12 +19,13 @@ from mnemoplan.model import (
     PlanStep,
     QueryAnalysis,
     QueryPlan,
+    RecallOptions,
     RecallResult,
     RecallTrace,
     Record,
     SignalStat,
 )
-from mnemoplan.planner.analyzer import QueryAnalyzer
+from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
 from mnemoplan.planner.deterministic import recall_plan
 from mnemoplan.planner.executor import PlanExecutor, StepResult
 from mnemoplan.planner.formatter import format_context
@@ -183,6 +184,29 @@ class RecallPipeline:
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
 
+    def with_options(self, options: RecallOptions | None) -> tuple[RecallConfig, list[str] | None, bool]:
+        """Recall's config with a call's overrides; and the kinds to rank, and whether only current facts.
+
+        Raises:
+            InvalidInput: a weight for an index that does not exist, or out of range.
+        """
+        config = self.config
+        if options is None:
+            return config, None, False
+        if options.weights:
+            unknown = sorted(set(options.weights) - set(self.registry.names))
+            if unknown or any(not 0.0 <= w <= 5.0 for w in options.weights.values()):
+                raise InvalidInput(
+                    f"options.weights: unknown index {', '.join(unknown)} or a weight outside 0-5.",
+                    hint=f"Indexes: {', '.join(self.registry.names)}.",
+                )
+            config = replace(config, weights=MappingProxyType({**config.weights, **options.weights}))
+        if options.token_budget is not None:
+            config = replace(config, token_budget=options.token_budget)
+        if options.context_propagation is not None:
+            config = replace(config, ranking=replace(config.ranking, context_propagation=options.context_propagation))
+        return config, options.kinds, options.current_only
+
     def run(
         self,
         query: str,
@@ -190,12 +214,23 @@ class RecallPipeline:
         *,
         limit: int,
         reference_time: datetime | None = None,
-        config: RecallConfig | None = None,
+        options: RecallOptions | None = None,
+        history: list[str] | None = None,
     ) -> RecallResult:
-        """Recall for one query: the items, a context string, and a trace of what ran."""
+        """Recall for one query: the items, a context string, and a trace of what ran.
+
+        A follow-up that leans on the conversation ("how much?") is searched together with
+        the last turns of ``history``.
+        """
         started = time.perf_counter()
-        config = config or self.config
-        analysis = self.analyzer.analyze(query, scope.user_id, reference_time)
+        config, kinds, current_only = self.with_options(options)
+        notes: list[str] = []
+        searched = query
+        if history and is_follow_up(query):
+            context = " ".join(h for h in history[-2:] if h.strip())
+            searched = f"{context} {query}".strip()
+            notes.append(f"follow-up: searched with the last {min(2, len(history))} turn(s) of history")
+        analysis = self.analyzer.analyze(searched, scope.user_id, reference_time)
         timings = {"analyze": round(analysis.duration_ms, 3)}
         if analysis.skip_retrieval:
             return RecallResult(
@@ -204,13 +239,18 @@ class RecallPipeline:
                 trace=RecallTrace(timings_ms=timings, notes=["small talk: no retrieval"]),
             )  # fmt: skip
         plan = self.plan(analysis, limit)
+        if kinds:
+            plan = plan.model_copy(update={"steps": [
+                s.model_copy(update={"params": {**s.params, "kinds": list(kinds)}}) if "kinds" in s.params else s
+                for s in plan.steps]})  # fmt: skip
         t0 = time.perf_counter()
         results = self.execute(plan, scope, analysis)
         timings["signals"] = round((time.perf_counter() - t0) * 1000, 3)
         t0 = time.perf_counter()
         items, total = self.rank(results, plan, scope, limit, config, reference_time or datetime.now(UTC))
+        if current_only:
+            items = [i for i in items if i.current]
         timings["rank"] = round((time.perf_counter() - t0) * 1000, 3)
-        notes: list[str] = []
         warnings = [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
         if self.reranker is not None and items:
             t0 = time.perf_counter()

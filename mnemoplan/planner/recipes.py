@@ -36,4 +36,19 @@ DATED_STEP = PlanStep(
     rationale="a 'when' question wants a memory that carries a date",
 )  # fmt: skip
 
+ANCHOR_STEP = PlanStep(
+    step_id="anchor", index="bm25", params={"top_k": 3, "kinds": MEMORY_KINDS}, weight=0.0,
+    rationale="find the event the query's time is relative to",
+)  # fmt: skip
+
+ANCHORED_TIME_STEP = PlanStep(
+    step_id="time", index="temporal", params={"top_k": 300}, depends_on=["anchor"], weight=0.2,
+    rationale="records before / after the anchor event",
+)  # fmt: skip
+
+TYPE_STEP = PlanStep(
+    step_id="of_type", index="entity_graph", params={"top_k": 200, "hops": 1}, weight=0.3,
+    rationale="records about every entity of the kind the query lists",
+)  # fmt: skip
+
 RECIPES: dict[str, QueryPlan] = {"recall": RECALL}

@@ -31,6 +31,7 @@ from mnemoplan.model import (
     Kind,
     MessageIn,
     QueryPlan,
+    RecallOptions,
     RecallResult,
     RememberResult,
     TimeRange,
@@ -149,13 +150,18 @@ def register_tools(mcp: MCPServer) -> None:
         reference_time: Annotated[
             datetime | None, Field(description="'Now' for relative times in the query (default: now).")
         ] = None,
+        history: Annotated[
+            list[str] | None,
+            Field(description="The last turns of the conversation, so a follow-up ('how much?') finds its topic."),
+        ] = None,
+        options: Annotated[RecallOptions | None, Field(description="Safe per-call overrides of the defaults.")] = None,
     ) -> RecallResult:
         """Fast memory retrieval (milliseconds): ranked memories with per-signal scores and a context string to paste into your prompt."""
         return await call_service(
             ctx,
             lambda s: s.recall(
                 query, user_id=user_id, limit=limit, project_id=project_id, time_range=time_range,
-                reference_time=reference_time,
+                reference_time=reference_time, options=options, history=history,
             ),  # fmt: skip
         )
 

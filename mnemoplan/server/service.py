@@ -26,6 +26,7 @@ from mnemoplan.model import (
     MemoryItem,
     MessageIn,
     QueryPlan,
+    RecallOptions,
     RecallResult,
     RememberResult,
     TimeRange,
@@ -206,6 +207,8 @@ class MemoryService:
         project_id: str | None = None,
         time_range: TimeRange | None = None,
         reference_time: datetime | None = None,
+        options: RecallOptions | None = None,
+        history: list[str] | None = None,
     ) -> RecallResult:
         """The fast path: deterministic multi-signal retrieval and a ready-to-paste context.
 
@@ -219,8 +222,12 @@ class MemoryService:
             raise InvalidInput(f"limit must be between 1 and {self.limits.recall_max_limit}, got {limit}.")
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        if history and (len(history) > 50 or any(not isinstance(h, str) for h in history)):
+            raise InvalidInput("history takes at most 50 strings (the last turns of the conversation).")
+        for i, turn in enumerate(history or []):
+            check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars)
         return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
-            query, scope, limit=limit, reference_time=reference_time))  # fmt: skip
+            query, scope, limit=limit, reference_time=reference_time, options=options, history=history))  # fmt: skip
 
     def deep_search(
         self,

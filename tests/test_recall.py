@@ -1,0 +1,109 @@
+"""Recall's plan and ranking: small talk, entities, time windows and anchors, lists, follow-ups, options."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from mnemoplan.errors import InvalidInput
+from mnemoplan.model import MessageIn, RecallOptions
+from mnemoplan.server.service import MemoryService
+
+
+def say(svc: MemoryService, session: str, when: datetime, *turns: tuple[str, str]) -> list[str]:
+    msgs = [MessageIn(content=text, speaker=who, occurred_at=when) for who, text in turns]
+    return svc.remember(messages=msgs, user_id="u", session_id=session).ids
+
+
+def texts(result) -> list[str]:  # noqa: ANN001
+    return [i.text for i in result.items]
+
+
+def test_small_talk_skips_retrieval(service: MemoryService) -> None:
+    say(service, "s", datetime(2024, 1, 1, tzinfo=UTC), ("Ann", "hello"))
+    result = service.recall("Hi there, thanks!", user_id="u")
+    assert result.skipped_retrieval and result.items == [] and result.trace.signals == []
+
+
+def test_entities_resolve_whatever_the_case_or_accents(service: MemoryService) -> None:
+    say(service, "s", datetime(2024, 1, 1, tzinfo=UTC), ("Ann", "I had lunch with José García at the Museum"))
+    for query in ("what did I do with jose garcia", "Lunch with JOSÉ GARCÍA?", "josé-garcía lunch"):
+        analysis = service.recall(query, user_id="u").analysis
+        assert [e.key for e in analysis.entities if e.known] == ["jose-garcia"], query
+        assert analysis.duration_ms < 50  # resolution is a dictionary look-up, not a search
+
+
+def test_a_named_day_window_finds_what_happened_that_day(service: MemoryService) -> None:
+    target = say(service, "s1", datetime(2023, 3, 17, 15, tzinfo=UTC),
+                 ("Jim", "Yesterday I went bowling and got two strikes"))[0]  # fmt: skip
+    say(service, "s2", datetime(2023, 3, 1, 15, tzinfo=UTC), ("Jim", "I love bowling, and chess too"))
+    for i in range(8):
+        say(service, f"x{i}", datetime(2023, 4, 1 + i, tzinfo=UTC), ("Jim", f"Some other activity number {i} today"))
+    result = service.recall("What activity was Jim doing on March 16, 2023?", user_id="u")
+    window = result.analysis.time_window
+    assert window.start == datetime(2023, 3, 16, tzinfo=UTC) and window.end == datetime(2023, 3, 17, tzinfo=UTC)
+    top = result.items[0]  # the message, or the fact read from it ("Jim went bowling on 16 March 2023.")
+    assert top.id == target or top.derived_from == [target]
+    assert any(s.name == "time" and s.count >= 1 for s in result.trace.signals)
+
+
+def test_before_an_anchor_event(service: MemoryService) -> None:
+    say(service, "s1", datetime(2022, 5, 1, tzinfo=UTC), ("Eve", "We booked a trip to Crete for the summer"))
+    say(service, "s2", datetime(2022, 9, 10, tzinfo=UTC), ("Eve", "The wedding was beautiful, we danced all night"))
+    say(service, "s3", datetime(2023, 2, 1, tzinfo=UTC), ("Eve", "We booked a trip to Oslo in winter"))
+    result = service.recall("What trip did we book before the wedding?", user_id="u")
+    assert result.analysis.time_window.anchor == "the wedding"
+    steps = {s.step_id: s.index for s in result.trace.plan.steps}
+    assert steps.get("anchor") == "bm25" and steps.get("time") == "temporal"
+    ranked = texts(result)
+    assert ranked.index("We booked a trip to Crete for the summer") < ranked.index("We booked a trip to Oslo in winter")
+
+
+def test_who_are_my_friends_looks_up_people(service: MemoryService) -> None:
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    say(service, "s1", when, ("Kai", "My friend Priya is coming over"), ("Kai", "My best friend Tomas called"))
+    say(service, "s2", when, ("Kai", "The weather in Porto was grey"))
+    result = service.recall("Who are my friends?", user_id="u")
+    assert result.analysis.intent == "aggregation" and result.analysis.entity_type == "person"
+    assert "of_type" in [s.step_id for s in result.trace.plan.steps]
+    top = texts(result)[:2]
+    assert set(top) == {"My friend Priya is coming over", "My best friend Tomas called"}
+
+
+def test_a_follow_up_searches_with_the_conversation(service: MemoryService) -> None:
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    say(service, "s1", when, ("Lia", "The new road bike cost 1400 euros"), ("Lia", "The piano lessons are weekly"))
+    plain = service.recall("how much?", user_id="u")
+    followed = service.recall("how much?", user_id="u", history=["I finally bought the road bike"])
+    assert plain.skipped_retrieval  # alone, "how much?" carries nothing to look up
+    assert texts(followed)[0] == "The new road bike cost 1400 euros"
+    assert any("follow-up" in n for n in followed.trace.notes)
+
+
+def test_per_call_options(service: MemoryService) -> None:
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    say(service, "s1", when, ("Ola", "I live in Lyon"))
+    say(service, "s2", when, ("Ola", "I live in Porto"))
+    everything = service.recall("Where does Ola live?", user_id="u")
+    assert any(i.kind == "fact" and not i.current for i in everything.items)
+    current = service.recall("Where does Ola live?", user_id="u", options=RecallOptions(current_only=True))
+    assert all(i.current for i in current.items)
+    only_facts = service.recall("Where does Ola live?", user_id="u", options=RecallOptions(kinds=["fact"]))
+    assert {i.kind for i in only_facts.items} == {"fact"}
+    short = service.recall("Where does Ola live?", user_id="u", options=RecallOptions(token_budget=50))
+    assert len(short.context) <= 50 * 4
+    with pytest.raises(InvalidInput, match="telepathy"):
+        service.recall("x", user_id="u", options=RecallOptions(weights={"telepathy": 1.0}))
+    lexical = service.recall("Where does Ola live?", user_id="u", options=RecallOptions(weights={"semantic": 0.0}))
+    assert all("semantic" not in i.scores or i.scores.get("semantic", 0) >= 0 for i in lexical.items)
+
+
+def test_every_item_carries_its_score_breakdown_and_the_trace_its_timings(service: MemoryService) -> None:
+    say(service, "s", datetime(2024, 1, 1, tzinfo=UTC), ("Ann", "The lighthouse keeper painted the door blue"),
+        ("Ben", "Blue is a good colour for a door"))  # fmt: skip
+    result = service.recall("What colour is the lighthouse door?", user_id="u")
+    assert result.items and all(i.scores for i in result.items)
+    assert {"analyze", "signals", "rank", "format"} <= set(result.trace.timings_ms)
+    assert {s.name for s in result.trace.signals} >= {"bm25", "semantic"}
+    assert "Relevant conversation:" in result.context and "[2024-01-01]" in result.context
