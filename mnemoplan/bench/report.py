@@ -79,6 +79,22 @@ def write_report(out: Path, metrics: dict[str, Any]) -> str:
             f"- MCP stdio round trip of `{mcp['tool']}` ({mcp['n']} sampled questions, client to server to client): "
             f"p50 {mcp['p50']:.1f} ms, p95 {mcp['p95']:.1f} ms"
         )
+    single = metrics.get("single_remember_ms")
+    if single:
+        lines.append(
+            f"- `remember` of one message, warm ({single['messages']} calls): "
+            f"p50 {single['p50']:.1f} ms, p95 {single['p95']:.1f} ms"
+        )
+    overhead = metrics.get("plan_overhead")
+    if overhead:
+        med = overhead["median_ms"]
+        lines.append(
+            f"- planning and execution overhead, index time excluded, {overhead['plan_steps']}-step deterministic "
+            f"plan ({' / '.join(overhead['example_plan'])}; {overhead['questions']} questions): "
+            f"median {med['planning_and_execution']:.2f} ms (analyse+plan+validate {med['analyze_plan_validate']:.2f}, "
+            f"execute {med['execute']:.2f}), p95 {overhead['p95_ms_planning_and_execution']:.2f} ms; "
+            f"fusion {med['fuse']:.2f} ms"
+        )
     for note in metrics.get("notes", []):
         lines.append(f"- {note}")
     lines += ["", "Latencies are warm, in process, per query; rankings are in rankings-<mode>.jsonl.", ""]
@@ -139,7 +155,13 @@ def update_readme(readme: Path, metrics: dict[str, Any]) -> None:
         "",
         f"Ingest {metrics['ingest']['messages_per_s']:.0f} messages/s end to end; peak RSS "
         f"{metrics['peak_rss_mb']:.0f} MB"
-        + (f"; MCP stdio round trip p50 {metrics['mcp_stdio']['p50']:.1f} ms." if metrics.get("mcp_stdio") else "."),
+        + (f"; MCP stdio round trip p50 {metrics['mcp_stdio']['p50']:.1f} ms" if metrics.get("mcp_stdio") else "")
+        + (f"; `remember` of one message p50 {metrics['single_remember_ms']['p50']:.1f} ms"
+           if metrics.get("single_remember_ms") else "")
+        + (f"; planning and execution overhead of a {metrics['plan_overhead']['plan_steps']}-step plan, index time "
+           f"excluded, median {metrics['plan_overhead']['median_ms']['planning_and_execution']:.2f} ms"
+           if metrics.get("plan_overhead") else "")
+        + ".",
         README_END,
     ]
     text = readme.read_text(encoding="utf-8")

@@ -23,6 +23,7 @@ from typing import Any
 
 from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
 from mnemoplan.bench.metrics import latency_summary, summarise
+from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.report import update_readme, write_plots, write_report
 from mnemoplan.model import MemoryItem, MessageIn
@@ -30,6 +31,7 @@ from mnemoplan.model import MemoryItem, MessageIn
 MODES = ("recall", "deep", "bm25", "vector")
 RANK_DEPTH = 50  # items asked for; rankings keep at least 25 distinct turns
 WARMUP = 10
+SINGLE_USER = "bench-single-remember"  # a user of its own: measured users' stores stay as ingested
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,6 +101,27 @@ def ingest(service: Any, dataset: Dataset) -> dict[str, float]:
     progress.close()
     return {"messages": dataset.n_turns, "seconds": round(seconds, 2),
             "messages_per_s": round(dataset.n_turns / seconds, 1)}  # fmt: skip
+
+
+def single_remember(service: Any, dataset: Dataset, n: int = 100) -> dict[str, Any] | None:
+    """Latency of ``remember`` storing one message, warm, into a user of its own.
+
+    Turns sampled across the dataset go one per call to a separate user, so the measured
+    users' stores are untouched; each call is a new session's next turn, as an agent
+    loop sends them.
+    """
+    turns = [t for ts in dataset.turns.values() for t in ts]
+    if not turns or n <= 0:
+        return None
+    step = max(1, len(turns) // n)
+    sample = turns[::step][:n]
+    latencies: list[float] = []
+    for i, t in enumerate(sample):
+        message = MessageIn(content=t.text, speaker=t.speaker or None, occurred_at=t.timestamp)
+        started = time.perf_counter()
+        service.remember(messages=[message], user_id=SINGLE_USER, session_id=f"single-{i // 10}")
+        latencies.append((time.perf_counter() - started) * 1000)
+    return {"messages": len(latencies), **latency_summary(latencies)}
 
 
 def query_fn(service: Any, mode: str) -> Callable[[Question], list[str]]:
@@ -187,6 +210,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                     fh.write(json.dumps({"qid": q.qid, "ranked": rankings[q.qid], "latency_ms": round(ms, 3)}) + "\n")
             results[mode] = {"quality": summarise(dataset.questions, rankings, session_of),
                              "latency_ms": latency_summary(lat)}  # fmt: skip
+        overhead = plan_overhead(service, dataset.questions) if "recall" in modes else None
+        single = single_remember(service, dataset)
     finally:
         service.close()
     mcp = mcp_round_trips(data_dir, dataset.questions, args.mcp_sample, args.embedding_model) if "recall" in modes else None
@@ -201,6 +226,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         "ingest": ingest_stats,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "mcp_stdio": mcp,
+        "single_remember_ms": single,
+        "plan_overhead": overhead,
         "modes": results,
         "notes": dataset.notes,
     }
