@@ -58,6 +58,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="Overrides of the fusion weights, e.g. {\"bm25\": 0.5}."
     )
     recency_half_life_days: float = Field(0.0, ge=0.0, description="0 disables the recency prior in recall.")
+    importance_weight: float = Field(0.0, ge=0.0, description="Weight of stored importance in recall (0: off).")
+    use_weight: float = Field(
+        0.0, ge=0.0, description="Weight of past use (access counts, log-scaled, saturating at 100) in recall (0: off)."
+    )
     reranker_path: Path | None = Field(None, description="Local cross-encoder model directory for reranking.")
     recall_rerank: Literal["off", "llm", "cross_encoder"] = Field(
         "off", description="Rerank recall's results (costs latency): with the LLM, or the local cross-encoder."

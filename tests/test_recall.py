@@ -107,3 +107,25 @@ def test_every_item_carries_its_score_breakdown_and_the_trace_its_timings(servic
     assert {"analyze", "signals", "rank", "format"} <= set(result.trace.timings_ms)
     assert {s.name for s in result.trace.signals} >= {"bm25", "semantic"}
     assert "Relevant conversation:" in result.context and "[2024-01-01]" in result.context
+
+
+def test_use_counts_in_ranking_only_when_weighted() -> None:
+    from mnemoplan.model import Record
+    from mnemoplan.planner.fusion import Candidate
+    from mnemoplan.planner.ranking import RankingConfig, rank
+
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+
+    def rec(rid: str, seq: int, uses: int) -> Record:
+        return Record(id=rid, user_id="u", session_id=rid, kind="message", text=rid, occurred_at=now,
+                      created_at=now, seq=seq, access_count=uses)  # fmt: skip
+
+    records = {"often": rec("often", 1, 40), "never": rec("never", 2, 0)}
+
+    def order(config: RankingConfig) -> list[str]:
+        cands = {rid: Candidate(rid, 1.0) for rid in records}
+        return [c.id for c in rank(cands, records, config, now)]
+
+    assert order(RankingConfig()) == ["never", "often"]  # ties go to the later turn
+    ranked = order(RankingConfig(use_weight=0.1))
+    assert ranked == ["often", "never"]

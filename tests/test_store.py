@@ -158,3 +158,31 @@ def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None
         log.vector_cache.max_user_rows = 50_000
         assert [rid for rid, _ in cached] == [rid for rid, _ in stored]
         assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(cached, stored, strict=True))
+
+
+def test_retrievals_are_counted_and_reach_the_log_at_upkeep(service: MemoryService) -> None:
+    ids = say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"), ("Ben", "good to know"))
+    for _ in range(2):
+        found = service.recall("where is the spare key?", user_id="u", limit=1)
+    key_id = found.items[0].id
+    assert key_id in ids and found.items[0].access_count == 0  # counted in memory, not yet in the log
+    service.store.maintain()
+    rec = service.store.log.get("u", [key_id])[key_id]
+    assert rec.access_count == 2 and rec.last_accessed_at is not None
+    assert service.recall("where is the spare key?", user_id="u", limit=1).items[0].access_count == 2
+
+
+def test_a_log_written_before_access_counts_gains_the_columns(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    [rid] = say(svc, "u", "s", ("Ann", "the canoe is green"))
+    svc.store.log._table.drop_columns(["access_count", "last_accessed_at"])  # the older schema
+    svc.close()
+    svc = make_service(tmp_path)
+    try:
+        assert svc.store.log.get("u", [rid])[rid].access_count == 0
+        say(svc, "u", "s", ("Ben", "and the paddles are blue"))  # appends still fit the table
+        assert svc.recall("what colour is the canoe?", user_id="u").items[0].id == rid
+        svc.store.maintain()
+        assert svc.store.log.get("u", [rid])[rid].access_count == 1
+    finally:
+        svc.close()

@@ -35,8 +35,10 @@ META_COLUMNS = [
     "id", "user_id", "project_id", "session_id", "kind", "speaker", "text", "occurred_at",
     "created_at", "source_id", "content_hash", "seq", "prev_id", "derived_from", "metadata",
     "importance", "entities", "event_start", "event_end", "valid_from", "valid_to",
-    "superseded_by", "mention_count",
+    "superseded_by", "mention_count", "access_count", "last_accessed_at",
 ]  # fmt: skip
+# Columns added after the first release: a log written before them gains them, empty, on open.
+_LATER_COLUMNS = ("access_count", "last_accessed_at")
 _TS = pa.timestamp("us", tz="UTC")
 _MENTION = pa.struct([("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("role", pa.string())])
 
@@ -84,6 +86,8 @@ def _schema(dim: int) -> pa.Schema:
             ("valid_to", _TS),
             ("superseded_by", pa.string()),
             ("mention_count", pa.int32()),
+            ("access_count", pa.int32()),
+            ("last_accessed_at", _TS),
             ("embedding", pa.list_(pa.float32(), dim)),
             ("vector", pa.list_(pa.float32(), dim)),
         ]
@@ -92,10 +96,12 @@ def _schema(dim: int) -> pa.Schema:
 
 def _row_to_record(row: dict[str, Any]) -> Record:
     data = {k: row[k] for k in META_COLUMNS if k in row}
+    if data.get("access_count") is None:
+        data["access_count"] = 0
     data["metadata"] = json.loads(row.get("metadata") or "{}")
     data["entities"] = [EntityMention(**m) for m in (row.get("entities") or [])]
     data["derived_from"] = list(row.get("derived_from") or [])
-    for key in ("occurred_at", "created_at", "event_start", "event_end", "valid_from", "valid_to"):
+    for key in ("occurred_at", "created_at", "event_start", "event_end", "valid_from", "valid_to", "last_accessed_at"):
         value = data.get(key)
         if isinstance(value, datetime) and value.tzinfo is None:
             data[key] = value.replace(tzinfo=UTC)
@@ -179,6 +185,7 @@ class LanceLog:
         names = self._db.table_names()
         if TABLE in names:
             self._table = self._db.open_table(TABLE)
+            self._add_later_columns()
         if KEYS_TABLE in names:
             self._keys = self._db.open_table(KEYS_TABLE)
         else:
@@ -205,6 +212,12 @@ class LanceLog:
                 "use the model the data was written with, or start a new data directory"
             )
         return self._table
+
+    def _add_later_columns(self) -> None:
+        missing = [name for name in _LATER_COLUMNS if name not in self._table.schema.names]
+        if missing:
+            full = _schema(self.dim or 1)
+            self._table.add_columns([full.field(name) for name in missing])
 
     def _load_max_seq(self) -> int:
         if self._table is None or self._table.count_rows() == 0:
@@ -277,6 +290,26 @@ class LanceLog:
                 by_count.setdefault(count, []).append(rid)
             for count, ids in by_count.items():
                 self._table.update(where=sql_in("id", ids), values={"mention_count": count})
+
+    def add_accesses(self, counts: dict[str, int], when: datetime) -> None:
+        """Add ``counts[id]`` retrievals to each record and stamp ``when`` as its last access.
+
+        One read of the current counts, then one update per distinct new count.
+        """
+        with self._rewrite_lock:
+            self.cache.evict(list(counts))
+            if self._table is None or not counts:
+                return
+            ids = list(counts)
+            current = {row["id"]: row["access_count"] or 0
+                       for start in range(0, len(ids), 500)
+                       for rows in self.scan(sql_in("id", ids[start : start + 500]), ["id", "access_count"])
+                       for row in rows}  # fmt: skip
+            by_count: dict[int, list[str]] = {}
+            for rid, old in current.items():
+                by_count.setdefault(old + counts[rid], []).append(rid)
+            for count, ids in by_count.items():
+                self._table.update(where=sql_in("id", ids), values={"access_count": count, "last_accessed_at": when})
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""

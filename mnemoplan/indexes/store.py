@@ -55,6 +55,9 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
+ACCESS_FLUSH = 1_000  # distinct records retrieved before their counts are written
+
+
 class MemoryStore:
     """The log plus the BM25 and graph overlays under one data directory.
 
@@ -94,6 +97,8 @@ class MemoryStore:
         self.maintain_every = maintain_every
         self._maintenance_lock = threading.Lock()
         self._mention_counts: dict[str, int] = {}
+        self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
+        self._access_lock = threading.Lock()  # not the write lock: a long write must not stall a query
         self.overlays = OverlayWriter(
             self.bm25, self.graph, self.journal, self._repair_intent, interval_s=commit_interval_s
         )
@@ -226,11 +231,27 @@ class MemoryStore:
                 if count:
                     self._mention_counts[rid] = count
 
-    def _flush_mention_counts(self) -> None:
+    def note_access(self, ids: list[str]) -> None:
+        """Count one retrieval of each record. Costs a dict update on the query path: the counts
+        reach the log at the next upkeep (every ``ACCESS_FLUSH`` records noted, or a write's upkeep)."""
+        if not ids:
+            return
+        with self._access_lock:
+            for rid in ids:
+                self._accesses[rid] = self._accesses.get(rid, 0) + 1
+            due = len(self._accesses) >= ACCESS_FLUSH
+        if due:
+            self._maintain_in_background(compact=False)
+
+    def _flush_counts(self) -> None:
         with self._write_lock:
             counts, self._mention_counts = self._mention_counts, {}
+        with self._access_lock:
+            accesses, self._accesses = self._accesses, {}
         if counts:
             self.log.set_mention_counts(counts)
+        if accesses:
+            self.log.add_accesses(accesses, datetime.now(UTC))
 
     def session_messages(self, user_id: str, session_id: str) -> list[Record]:
         """The messages of one session, in order."""
@@ -295,6 +316,9 @@ class MemoryStore:
             row["id"]: row["prev_id"]
             for row in self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}", ["id", "prev_id"])
         }
+        with self._access_lock:
+            for rid in ids:
+                self._accesses.pop(rid, None)
         report.per_store["log"] = self.log.delete(ids)
         report.per_store["graph"] = self.graph.delete(ids)
         report.per_store["bm25"] = self.bm25.delete(user_id, ids)
@@ -418,10 +442,10 @@ class MemoryStore:
         """Upkeep of the log: compact its fragments and build indexes when due (see LanceLog.maintain)."""
         self.wait_for_writes()
         with self._maintenance_lock:
-            self._flush_mention_counts()
+            self._flush_counts()
             self.log.maintain()
 
-    def _maintain_in_background(self) -> None:
+    def _maintain_in_background(self, *, compact: bool = True) -> None:
         """Every ``maintain_every`` appends: small appends pile up fragments, and every filtered
         read and update slows with their number (an update: 8 ms on a compacted log, 180 ms at 300
         fragments). Writes go on meanwhile; only a purge waits for it."""
@@ -431,8 +455,9 @@ class MemoryStore:
         def run() -> None:
             with self._maintenance_lock:
                 try:
-                    self._flush_mention_counts()
-                    self.log.maintain()
+                    self._flush_counts()
+                    if compact:
+                        self.log.maintain()
                 except Exception:
                     log.exception("log maintenance failed; it will be tried again")
 
@@ -442,7 +467,7 @@ class MemoryStore:
         """Flush and release every store and the data-directory lock."""
         self.overlays.close()
         with self._maintenance_lock:
-            self._flush_mention_counts()
+            self._flush_counts()
         with self._write_lock, self._maintenance_lock:
             self.bm25.close()
             try:

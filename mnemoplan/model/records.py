@@ -175,3 +175,5 @@ class Record(BaseModel):
     valid_to: datetime | None = None
     superseded_by: str = ""
     mention_count: int = 1
+    access_count: int = Field(0, description="How often retrieval returned it (as of the last upkeep).")
+    last_accessed_at: datetime | None = None

@@ -39,6 +39,7 @@ class MemoryItem(BaseModel):
     derived_from: list[str] = Field(default_factory=list, description="Source records of a derived memory.")
     source_ids: list[str] = Field(default_factory=list, description="Host ids of the source messages.")
     current: bool = Field(True, description="False for a fact that a newer one superseded.")
+    access_count: int = Field(0, description="How often searches returned it before (counts land at upkeep).")
 
 
 class SignalStat(BaseModel):

@@ -25,6 +25,9 @@ class RankingConfig:
         recency_half_life_days: Half-life of the recency prior; 0 turns it off.
         recency_weight: Weight of the recency prior.
         importance_weight: Weight of the stored importance.
+        use_weight: Weight of past use: log(1 + access count), reaching the full weight at
+            ``use_saturation`` retrievals. Off by default: no benchmark we have repeats use.
+        use_saturation: Access count at which the use prior stops growing.
         superseded_factor: Multiplier of a fact that a newer fact replaced.
         list_context_factor: For a question asking for several things, the context
             propagation is scaled by this (neighbours would crowd out other answers).
@@ -39,6 +42,8 @@ class RankingConfig:
     recency_half_life_days: float = 0.0
     recency_weight: float = 0.1
     importance_weight: float = 0.0
+    use_weight: float = 0.0
+    use_saturation: int = 100
     superseded_factor: float = 0.5
     list_context_factor: float = 0.5
     list_session_decay: float = 0.0
@@ -117,6 +122,9 @@ def rank(
             _add(cand, "recency", config.recency_weight * math.pow(0.5, age_days / config.recency_half_life_days))
         if config.importance_weight > 0:
             _add(cand, "importance", config.importance_weight * rec.importance)
+        if config.use_weight > 0 and rec.access_count:
+            use = min(1.0, math.log1p(rec.access_count) / math.log1p(config.use_saturation))
+            _add(cand, "use", config.use_weight * use)
         if rec.superseded_by:
             cand.score *= config.superseded_factor
     ranked = sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))

@@ -99,6 +99,7 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
         derived_from=rec.derived_from,
         source_ids=source_ids,
         current=not rec.superseded_by,
+        access_count=rec.access_count,
     )
 
 

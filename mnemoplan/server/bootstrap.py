@@ -52,7 +52,11 @@ def build_registry(store: MemoryStore) -> IndexRegistry:
 def recall_config(settings: Settings) -> RecallConfig:
     """Recall's knobs from Settings."""
     return RecallConfig(
-        ranking=RankingConfig(recency_half_life_days=settings.recency_half_life_days),
+        ranking=RankingConfig(
+            recency_half_life_days=settings.recency_half_life_days,
+            importance_weight=settings.importance_weight,
+            use_weight=settings.use_weight,
+        ),
         weights=MappingProxyType(dict(settings.recall_weights)),
         token_budget=settings.recall_token_budget,
     )

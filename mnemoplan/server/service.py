@@ -108,6 +108,7 @@ class MemoryService:
             raise
         else:
             entry.update(ok=True, **search_summary(result))
+            self.store.note_access([item.id for item in getattr(result, "items", [])])
             return result
         finally:
             entry["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
