@@ -11,6 +11,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,7 +56,9 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-ACCESS_FLUSH = 1_000  # distinct records retrieved before their counts are written
+ACCESS_FLUSH = 1_000  # distinct retrieved records that make an access-count flush due...
+ACCESS_FLUSH_S = 60.0  # ...once the last one is this old
+ACCESS_FLUSH_MAX = 100_000  # or at once, to bound the memory they hold
 
 
 class MemoryStore:
@@ -99,6 +102,7 @@ class MemoryStore:
         self._mention_counts: dict[str, int] = {}
         self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
         self._access_lock = threading.Lock()  # not the write lock: a long write must not stall a query
+        self._accesses_flushed = time.monotonic()
         self.overlays = OverlayWriter(
             self.bm25, self.graph, self.journal, self._repair_intent, interval_s=commit_interval_s
         )
@@ -232,22 +236,28 @@ class MemoryStore:
                     self._mention_counts[rid] = count
 
     def note_access(self, ids: list[str]) -> None:
-        """Count one retrieval of each record. Costs a dict update on the query path: the counts
-        reach the log at the next upkeep (every ``ACCESS_FLUSH`` records noted, or a write's upkeep)."""
+        """Count one retrieval of each record.
+
+        Costs a dict update on the query path. The counts reach the log at upkeep: a write's,
+        or one started here once ``ACCESS_FLUSH`` distinct records wait and the last flush is
+        ``ACCESS_FLUSH_S`` old (each flush is row updates plus a compaction, so not per query).
+        """
         if not ids:
             return
         with self._access_lock:
             for rid in ids:
                 self._accesses[rid] = self._accesses.get(rid, 0) + 1
-            due = len(self._accesses) >= ACCESS_FLUSH
-        if due:
-            self._maintain_in_background(compact=False)
+            waiting = len(self._accesses)
+            due = waiting >= ACCESS_FLUSH and time.monotonic() - self._accesses_flushed >= ACCESS_FLUSH_S
+        if due or waiting >= ACCESS_FLUSH_MAX:
+            self._maintain_in_background()
 
     def _flush_counts(self) -> None:
         with self._write_lock:
             counts, self._mention_counts = self._mention_counts, {}
         with self._access_lock:
             accesses, self._accesses = self._accesses, {}
+            self._accesses_flushed = time.monotonic()
         if counts:
             self.log.set_mention_counts(counts)
         if accesses:
@@ -445,7 +455,7 @@ class MemoryStore:
             self._flush_counts()
             self.log.maintain()
 
-    def _maintain_in_background(self, *, compact: bool = True) -> None:
+    def _maintain_in_background(self) -> None:
         """Every ``maintain_every`` appends: small appends pile up fragments, and every filtered
         read and update slows with their number (an update: 8 ms on a compacted log, 180 ms at 300
         fragments). Writes go on meanwhile; only a purge waits for it."""
@@ -456,8 +466,7 @@ class MemoryStore:
             with self._maintenance_lock:
                 try:
                     self._flush_counts()
-                    if compact:
-                        self.log.maintain()
+                    self.log.maintain()
                 except Exception:
                     log.exception("log maintenance failed; it will be tried again")
 
