@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     llm_model: str = Field("claude-haiku-4-5", description="Model for extraction, planning and reranking.")
     llm_timeout_s: float = Field(20.0, gt=0)
     llm_rerank: bool = Field(True, description="Use the LLM to rerank deep search results when configured.")
+    llm_expand: bool = Field(
+        True, description="Deep search also searches an LLM keyword rewrite and a hypothetical answer (HyDE)."
+    )
     llm_extraction_every: int = Field(10, ge=1, description="Extract facts every N turns of a session.")
 
     # Server

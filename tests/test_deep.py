@@ -51,6 +51,8 @@ class Roles:
             return "plan"
         if "You judge whether memories" in system:
             return "evaluate"
+        if "You help search a person's long-term memory" in system:
+            return "expand"
         return "rerank"
 
     def __call__(self, request: dict[str, Any]) -> Reply:
@@ -63,6 +65,8 @@ class Roles:
             return Reply(json.dumps({"scores": {i: 5 for i in ids}}))
         if role == "evaluate":
             return Reply(json.dumps({"sufficient": True, "confidence": 0.9, "diagnosis": "ok"}))
+        if role == "expand":  # nothing to add
+            return Reply(json.dumps({"rewrite": "", "hypothetical": ""}))
         return Reply("not json at all")
 
 
@@ -122,7 +126,7 @@ def test_llm_plan_is_used_and_cost_comes_from_reported_usage(tmp_path: Path, llm
         roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 20}}))
         result = service.deep_search("pottery studio", user_id="u")
         assert result.plans[0].source == "llm" and [s.step_id for s in result.plans[0].steps] == ["kw"]
-        assert roles.asked[:2] == ["plan", "evaluate"] and "rerank" in roles.asked
+        assert roles.asked[:3] == ["plan", "expand", "evaluate"] and "rerank" in roles.asked
         assert result.stats.llm_calls == len(roles.asked)
         # The planner's reply reported 1000/200 tokens; every other scripted reply 10/5.
         tokens_in = 1000 + 10 * (len(roles.asked) - 1)
@@ -194,5 +198,41 @@ def test_a_malformed_rerank_reply_keeps_the_order_and_is_counted(tmp_path: Path,
         assert result.stats.rerank_fallbacks >= 1
         assert any("rerank" in w.lower() for w in result.warnings)
         assert result.items
+    finally:
+        service.close()
+
+
+def test_llm_rewrite_and_hypothetical_memory_add_steps_and_stay_out_of_the_cache(tmp_path: Path, llm: Any) -> None:
+    server, roles = llm
+    service = llm_service(tmp_path, server)
+    try:
+        seed(service)
+        roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 5}},
+                                               {"step_id": "sem", "index": "semantic", "params": {"top_k": 5}}))
+        hypothetical = "My first piece was a little bowl I glazed blue"
+        roles.queues["expand"].append(Reply(json.dumps({"rewrite": "Ann first made pottery bowl class",
+                                                        "hypothetical": hypothetical})))  # fmt: skip
+        result = service.deep_search("What was the first thing Ann made?", user_id="u")
+        steps = {s.step_id: s for s in result.plans[0].steps}
+        assert steps["hyde"].index == "semantic" and steps["hyde"].params["query"] == hypothetical
+        assert steps["rewrite"].index == "bm25" and steps["rewrite"].params["top_k"] == 5
+        assert {"hyde", "rewrite"} <= {s.step_id for s in result.steps if s.count}
+        assert "A lopsided blue bowl, but I love it" in [i.text for i in result.items[:3]]
+        assert not result.warnings or not any("expansion" in w for w in result.warnings)
+        cached = service.explain_plan("What was the first thing Ben made?", user_id="u")
+        assert cached.cached_plan and {s.step_id for s in cached.deep_plan.steps} == {"kw", "sem"}
+    finally:
+        service.close()
+
+
+def test_a_failed_expansion_searches_with_the_query_alone_and_says_so(tmp_path: Path, llm: Any) -> None:
+    server, roles = llm
+    service = llm_service(tmp_path, server)
+    try:
+        seed(service)
+        roles.queues["expand"].extend([Reply("no json"), Reply("still no json")])
+        result = service.deep_search("pottery studio", user_id="u")
+        assert any(w.startswith("query expansion skipped") for w in result.warnings)
+        assert not {"hyde", "rewrite"} & {s.step_id for s in result.steps} and result.items
     finally:
         service.close()

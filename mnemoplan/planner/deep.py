@@ -37,6 +37,8 @@ from mnemoplan.planner.recall import RecallConfig, RecallPipeline, Scope
 
 log = logging.getLogger(__name__)
 
+EXPANSION_STEP_IDS = frozenset({"rewrite", "hyde"})  # see planner.llm_expander
+
 PLANNER_INSTRUCTIONS = """\
 You can write the plan deep_memory_search runs. A plan is JSON matching plan_schema:
 {"query": "...", "steps": [{"step_id": "s1", "index": "<name>", "params": {...}, "depends_on": [],
@@ -68,6 +70,7 @@ class LLMParts:
     evaluator: Any = None
     replanner: Any = None
     reranker: Any = None
+    expander: Any = None  # query rewrite and HyDE (planner.llm_expander)
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,21 @@ class DeepSearch:
             run.warnings.append(f"LLM replanner fell back to the rules: {outcome.fallback_reason or 'repeated plan'}")
         return revise(run.plans[-1], evaluation, items, tried)
 
+    def _expand(self, analysis: QueryAnalysis, plan: QueryPlan, run: _Run) -> QueryPlan:
+        """The plan plus the LLM's rewrite and hypothetical-memory steps, when an expander is configured."""
+        if self.llm.expander is None:
+            return plan
+        try:
+            expansion = self.llm.expander.expand(analysis.query, analysis)
+        except LLMError as exc:
+            run.warnings.append(f"query expansion skipped: {exc.message}")
+            return plan
+        run.charge(expansion.usage)
+        extra = expansion.steps(plan)
+        if not extra:
+            return plan
+        return self.recall.registry.validate(plan.model_copy(update={"steps": [*plan.steps, *extra]}))
+
     # -- running -----------------------------------------------------------------------
 
     def _config(self) -> RecallConfig:
@@ -244,7 +262,7 @@ class DeepSearch:
         if plan is not None:
             plan = self.recall.registry.validate(plan.model_copy(update={"source": "caller", "query": plan.query or query}))
         else:
-            plan = self._first_plan(analysis, scope.user_id, max_results, run)
+            plan = self._expand(analysis, self._first_plan(analysis, scope.user_id, max_results, run), run)
         run.time("plan", t0)
         config = self._config()
         tried: set[str] = set()
@@ -284,7 +302,9 @@ class DeepSearch:
                 break
             plan = nxt
         if evaluation is not None and evaluation.sufficient and not caller and run.plans[-1].source != "deterministic":
-            self.cache.put(analysis, run.plans[-1])
+            # The expansion steps carry this query's own text: the cached template goes without them.
+            kept = [s for s in run.plans[-1].steps if s.step_id not in EXPANSION_STEP_IDS]
+            self.cache.put(analysis, run.plans[-1].model_copy(update={"steps": kept}))
         items = self._rerank(query, items, run)[:max_results]
         return self._result(query, scope, items, evaluation, run, started)
 

@@ -20,6 +20,7 @@ from mnemoplan.indexes.temporal import TemporalIndex
 from mnemoplan.indexes.working_memory import WorkingMemoryIndex
 from mnemoplan.planner.analyzer import QueryAnalyzer
 from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
+from mnemoplan.planner.llm_expander import LLMExpander
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.llm import LLMClient
 from mnemoplan.planner.llm_evaluator import LLMEvaluator
@@ -150,7 +151,7 @@ def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
 
 
 def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
-    """The LLM-backed planner, evaluator, replanner and reranker, when an API key is configured.
+    """The LLM-backed planner, evaluator, replanner, reranker and query expander, when an API key is configured.
 
     Without a key every part is None and deep search runs on its rules; a configured local
     cross-encoder still reranks.
@@ -159,4 +160,4 @@ def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
         return LLMParts(reranker=cross_encoder(settings))
     reranker = LLMReranker(client) if settings.llm_rerank else cross_encoder(settings)
     return LLMParts(planner=LLMPlanner(client), evaluator=LLMEvaluator(client), replanner=LLMReplanner(client),
-                    reranker=reranker)  # fmt: skip
+                    reranker=reranker, expander=LLMExpander(client) if settings.llm_expand else None)  # fmt: skip
