@@ -52,6 +52,9 @@ class Settings(BaseSettings):
         "auto", description="auto: bfloat16 where the CPU computes it natively, else fp32."
     )
 
+    graph_buffer_pool_mb: int = Field(
+        1024, ge=64, description="Kùzu's page cache in MB (a limit: memory is taken as the graph is used)."
+    )
     # Recall
     recall_token_budget: int = Field(1_200, ge=50, description="Token budget of recall's context string.")
     recall_weights: dict[str, float] = Field(

@@ -82,7 +82,7 @@ class GraphIndex:
         buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
     """
 
-    def __init__(self, path: Path, *, buffer_pool_mb: int = 256) -> None:
+    def __init__(self, path: Path, *, buffer_pool_mb: int = 1024) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
         self._conn = kuzu.Connection(self._db)
@@ -106,7 +106,10 @@ class GraphIndex:
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                try:
+                    self._conn.execute("ROLLBACK")
+                except RuntimeError:  # Kùzu already rolled back (e.g. after running out of buffer pool)
+                    log.warning("graph transaction was already rolled back", exc_info=True)
                 raise
             self._conn.execute("COMMIT")
 

@@ -29,6 +29,7 @@ from mnemoplan.model import EntityMention, Record
 log = logging.getLogger(__name__)
 
 TABLE = "records"
+OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
 KEYS_TABLE = "user_keys"
 # Columns other than the vectors; what hydration reads.
 META_COLUMNS = [
@@ -372,7 +373,9 @@ class LanceLog:
 
         Scalar (B-tree) indexes on the filtered columns past ``scalar_min_rows``, the
         approximate vector index past ``ann_min_rows``; new rows are folded into existing
-        indexes. Old versions stay for LanceDB's default week (``purge`` drops them at once).
+        indexes. Versions older than ``OLD_VERSIONS_KEPT`` go: at LanceDB's default week,
+        each compaction's superseded files stayed, and a store grew fifteen times its size
+        in an hour of ingest (``purge`` drops them all at once).
         """
         if self._table is None:
             return
@@ -390,7 +393,7 @@ class LanceLog:
             warnings.simplefilter("ignore")
             for attempt in range(3):
                 try:
-                    self._table.optimize()
+                    self._table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
                     break
                 except RuntimeError as exc:  # a commit conflict is retryable; anything else is not
                     if "conflict" not in str(exc).lower() or attempt == 2:

@@ -70,6 +70,7 @@ class MemoryStore:
         ann_min_rows: Rows at which the log builds an approximate vector index.
         commit_interval_s: Longest a burst of writes defers the BM25 commit.
         maintain_every: Appends between background compactions of the log.
+        graph_buffer_pool_mb: Kùzu's page cache; allocated as used, a limit rather than a reservation.
     """
 
     def __init__(
@@ -80,13 +81,14 @@ class MemoryStore:
         ann_min_rows: int = 50_000,
         commit_interval_s: float = 0.5,
         maintain_every: int = 64,
+        graph_buffer_pool_mb: int = 1024,
     ) -> None:
         self.data_dir = data_dir
         self._lock_fd = _lock_data_dir(data_dir)
         try:
             self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows)
             self.bm25 = BM25Index(data_dir / "bm25")
-            self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu")
+            self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu", buffer_pool_mb=graph_buffer_pool_mb)
             self.journal = WriteJournal(data_dir / "journal")
         except BaseException:
             os.close(self._lock_fd)

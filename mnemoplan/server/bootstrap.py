@@ -75,7 +75,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         threads=settings.embedding_threads,
         precision=settings.embedding_precision,
     )
-    store = MemoryStore(settings.data_dir)
+    store = MemoryStore(settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb)
     repaired = store.repair()
     if repaired:
         log.warning("repaired %d interrupted write(s)", repaired)
