@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     graph_buffer_pool_mb: int = Field(
         1024, ge=64, description="Kùzu's page cache in MB (a limit: memory is taken as the graph is used)."
     )
+    vector_cache_rows: int = Field(
+        200_000, ge=0, description="Users with up to this many records get exact vector search from memory "
+        "(1.5 KB a record; two such users at most); larger ones use LanceDB's ANN index.",
+    )
     # Recall
     recall_token_budget: int = Field(1_200, ge=50, description="Token budget of recall's context string.")
     recall_weights: dict[str, float] = Field(

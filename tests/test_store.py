@@ -186,3 +186,39 @@ def test_a_log_written_before_access_counts_gains_the_columns(tmp_path: Path) ->
         assert svc.store.log.get("u", [rid])[rid].access_count == 1
     finally:
         svc.close()
+
+
+def test_vector_snapshots_stay_as_they_were_while_appends_grow_the_buffer() -> None:
+    import numpy as np
+
+    from mnemoplan.indexes.vector_cache import UserVectors
+
+    def rows(start: int, n: int) -> UserVectors:
+        when = datetime(2024, 1, 1, tzinfo=UTC)
+        ids = [f"r{i}" for i in range(start, start + n)]
+        matrix = np.eye(8, dtype=np.float32)[[i % 8 for i in range(start, start + n)]]
+        return UserVectors.build(ids, matrix, ["message"] * n, [""] * n, [when] * n, ["s"] * n, list(range(n)))
+
+    first = rows(0, 3)
+    snapshots = [first]
+    for start in range(3, 200, 7):  # appends in place, and past capacity
+        snapshots.append(snapshots[-1].extended(rows(start, 7)))
+    stale = snapshots[5].extended(rows(1000, 1))  # an older snapshot appends: it must not clobber the newest
+    for snap in [*snapshots, stale]:
+        assert snap.matrix.shape == (len(snap.ids), 8)
+        for i, rid in enumerate(snap.ids):
+            assert snap.matrix[i].argmax() == int(rid[1:]) % 8
+    found = snapshots[-1].search(np.eye(8, dtype=np.float32)[3], 2)
+    assert len(found) == 2 and all(int(rid[1:]) % 8 == 3 and sim == 1.0 for rid, sim in found)
+
+
+@pytest.mark.parametrize("unwind_max", [0, 10**9], ids=["one-statement-per-edge", "batched"])
+def test_edges_are_written_either_way(service: MemoryService, monkeypatch: pytest.MonkeyPatch, unwind_max: int) -> None:
+    from mnemoplan.indexes import graph
+
+    monkeypatch.setattr(graph, "UNWIND_MAX_RECORDS", unwind_max)
+    ids = say(service, "u", "s", ("Ann", "my cat Miso likes boxes"), ("Ben", "Miso is a funny name"), ("Ann", "yes"))
+    service.store.wait_for_writes("u")
+    links = service.store.graph.neighbours(ids)
+    assert links[ids[0]] == ("", ids[1]) and links[ids[1]] == (ids[0], ids[2]) and links[ids[2]] == (ids[1], "")
+    assert "my cat Miso likes boxes" in [i.text for i in service.recall("Miso", user_id="u").items]

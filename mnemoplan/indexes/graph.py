@@ -25,6 +25,8 @@ import kuzu
 
 log = logging.getLogger(__name__)
 
+UNWIND_MAX_RECORDS = 20_000  # see GraphIndex._each
+
 _SCHEMA = [
     "CREATE NODE TABLE IF NOT EXISTS Record(id STRING, user STRING, kind STRING, seq INT64, ts INT64, PRIMARY KEY(id))",
     "CREATE NODE TABLE IF NOT EXISTS Session(id STRING, user STRING, PRIMARY KEY(id))",
@@ -92,6 +94,8 @@ class GraphIndex:
         self._lock = threading.RLock()
         for statement in _SCHEMA:
             self._conn.execute(statement)
+        # Nodes of every user (an estimate kept up by adds; it only picks how edges are written).
+        self._record_count = int(self._run("MATCH (r:Record) RETURN count(r)")[0][0])
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         with self._lock:
@@ -99,8 +103,21 @@ class GraphIndex:
             return result.get_all() if isinstance(result, kuzu.QueryResult) else []
 
     def _each(self, query: str, rows: list[dict[str, Any]]) -> None:
-        """Run one statement per row of parameters (inside the caller's transaction)."""
+        """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
+
+        Kùzu answers ``UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b})``
+        with a scan of the node table per row: cheap on a small graph (the whole of a
+        4-conversation ingest's edges in 1.5 s), ruinous on a large one (15 ms a row at 92k
+        records, so the overlay fell ever further behind). One statement per row costs a
+        steady ~0.5 ms. Below ``UNWIND_MAX_RECORDS`` records the batch wins, above it the rows.
+        """
+        if not rows:
+            return
         with self._lock:
+            if self._record_count < UNWIND_MAX_RECORDS:
+                batched = query.replace("$a", "row.a").replace("$b", "row.b")
+                self._conn.execute("UNWIND $rows AS row " + batched, {"rows": rows})
+                return
             for row in rows:
                 self._conn.execute(query, row)
 
@@ -151,10 +168,7 @@ class GraphIndex:
                     "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
                     {"rows": distinct},
                 )
-            # Edges between two looked-up nodes go one statement per edge: Kùzu answers
-            # "UNWIND ... MATCH (a:Record {id: row.a}), (b:Record {id: row.b})" with a scan of
-            # the node table per row (15 ms each at 90k records, so the overlay fell ever further
-            # behind a big store), but a single statement's pair of lookups costs ~0.5 ms.
+            self._record_count += len(records)
             self._each(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
                        [{"a": row["id"], "b": row["s"]} for row in sessions])  # fmt: skip
             self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",

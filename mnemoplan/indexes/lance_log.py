@@ -170,7 +170,8 @@ class LanceLog:
     """
 
     def __init__(
-        self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000, cache_vectors_per_user: int = 50_000
+        self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000,
+        cache_vectors_per_user: int = 200_000,
     ) -> None:
         self.cache = RecordCache(cache_records)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail

@@ -71,6 +71,8 @@ class MemoryStore:
         commit_interval_s: Longest a burst of writes defers the BM25 commit.
         maintain_every: Appends between background compactions of the log.
         graph_buffer_pool_mb: Kùzu's page cache; allocated as used, a limit rather than a reservation.
+        vector_cache_rows: Users with at most this many records are searched exactly, in memory
+            (1.5 KB a row); larger ones through LanceDB's ANN index.
     """
 
     def __init__(
@@ -82,11 +84,12 @@ class MemoryStore:
         commit_interval_s: float = 0.5,
         maintain_every: int = 64,
         graph_buffer_pool_mb: int = 1024,
+        vector_cache_rows: int = 200_000,
     ) -> None:
         self.data_dir = data_dir
         self._lock_fd = _lock_data_dir(data_dir)
         try:
-            self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows)
+            self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows)
             self.bm25 = BM25Index(data_dir / "bm25")
             self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu", buffer_pool_mb=graph_buffer_pool_mb)
             self.journal = WriteJournal(data_dir / "journal")

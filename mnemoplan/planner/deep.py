@@ -102,6 +102,8 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
         params = dict(step.params)
         if "top_k" in params and step.index in ("bm25", "semantic"):
             params["top_k"] = int(params["top_k"]) * config.widen
+        if step.index == "entity_graph" and "entity_type" not in params:
+            params["hops"] = 2  # thoroughness over recall's milliseconds
         weight = config.weights.get(step.index, step.weight)
         steps.append(step.model_copy(update={"params": params, "weight": weight}))
     steps.append(PlanStep(step_id="facts", index="fact_store", weight=0.2, rationale="distilled facts"))

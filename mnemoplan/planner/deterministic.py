@@ -33,7 +33,7 @@ def recall_plan(analysis: QueryAnalysis, *, max_results: int, recipe: QueryPlan 
     if any(e.known and not e.participant for e in analysis.entities):
         entity = recipes.ENTITY_STEP
         if analysis.intent == "broad":  # "everything about X": a wider walk
-            entity = entity.model_copy(update={"params": {**entity.params, "top_k": 400}, "weight": 0.2})
+            entity = entity.model_copy(update={"params": {**entity.params, "top_k": 400, "hops": 2}, "weight": 0.2})
         steps.append(entity)
     if analysis.intent == "aggregation" and analysis.entity_type:
         steps.append(recipes.TYPE_STEP.model_copy(

@@ -75,7 +75,10 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         threads=settings.embedding_threads,
         precision=settings.embedding_precision,
     )
-    store = MemoryStore(settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb)
+    store = MemoryStore(
+        settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
+        vector_cache_rows=settings.vector_cache_rows,
+    )  # fmt: skip
     repaired = store.repair()
     if repaired:
         log.warning("repaired %d interrupted write(s)", repaired)
