@@ -87,7 +87,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
     recall = RecallPipeline(
         registry=registry,
         analyzer=QueryAnalyzer(store.catalog),
-        executor=PlanExecutor(registry, pool, prefetch=store.log.get),
+        executor=PlanExecutor(registry, pool),
         records=store.log,
         embed_query=embedder.embed_query,
         config=recall_config(settings),
