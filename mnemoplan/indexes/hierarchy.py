@@ -10,6 +10,7 @@ import numpy as np
 from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
 from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
+from mnemoplan.indexes.vector_cache import KIND_CODES
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 _POOL = 400  # candidate turns when a user is too large to score in memory
@@ -48,7 +49,7 @@ class HierarchicalIndex(SearchIndex):
         """Message ids, their similarity to the query, their sessions and their order."""
         view = self._log.user_view(req.user_id)
         if view is not None:
-            rows = np.flatnonzero((view.kinds == "message") & (view.sessions != ""))
+            rows = np.flatnonzero((view.kinds == KIND_CODES["message"]) & (view.sessions != ""))
             if req.project_id:
                 rows = rows[view.projects[rows] == req.project_id]
             sims = view.matrix[rows] @ vector

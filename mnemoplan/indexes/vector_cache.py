@@ -12,8 +12,19 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import get_args
 
 import numpy as np
+
+from mnemoplan.model import Kind
+
+
+KIND_CODES = {kind: code for code, kind in enumerate(get_args(Kind))}  # small ints: isin on strings is slow
+
+
+def kind_codes(kinds: list[str]) -> list[int]:
+    """The codes of some kinds (unknown kinds match nothing)."""
+    return [KIND_CODES[k] for k in kinds if k in KIND_CODES]
 
 
 class _Buffer:
@@ -48,7 +59,7 @@ class UserVectors:
 
     ids: list[str] = field(default_factory=list)
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))  # KIND_CODES
     projects: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     occurred: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
@@ -65,7 +76,7 @@ class UserVectors:
         return cls(
             ids=list(ids),
             matrix=np.asarray(matrix, dtype=np.float32).reshape(len(ids), -1),
-            kinds=np.asarray(kinds, dtype=object),
+            kinds=np.asarray([KIND_CODES.get(k, -1) for k in kinds], dtype=np.int8),
             projects=np.asarray(projects, dtype=object),
             occurred=np.asarray([int(t.timestamp() * 1e6) for t in occurred], dtype=np.int64),
             sessions=np.asarray(sessions, dtype=object),
@@ -114,7 +125,7 @@ class UserVectors:
         sims = self.matrix @ np.asarray(vector, dtype=np.float32)
         mask = np.ones(len(self.ids), dtype=bool)
         if kinds:
-            mask &= np.isin(self.kinds, kinds)
+            mask &= np.isin(self.kinds, kind_codes(kinds))
         if project_id:
             mask &= self.projects == project_id
         if after is not None:
