@@ -6,6 +6,7 @@ import json
 import re
 from collections import defaultdict, deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,16 @@ def llm() -> Iterator[tuple[LoopbackMessagesServer, Roles]]:
     server.stop()
 
 
-def llm_service(tmp_path: Path, server: LoopbackMessagesServer, **extra: Any) -> MemoryService:
-    return make_service(tmp_path / "data", ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=server.url,
-                        llm_model=HAIKU, **extra)  # fmt: skip
+@contextmanager
+def llm_service(tmp_path: Path, server: LoopbackMessagesServer, **extra: Any) -> Iterator[MemoryService]:
+    """A service whose LLM is the loopback server, holding the seed conversation."""
+    service = make_service(tmp_path / "data", ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=server.url,
+                           llm_model=HAIKU, **extra)  # fmt: skip
+    try:
+        seed(service)
+        yield service
+    finally:
+        service.close()
 
 
 def plan_reply(*steps: dict[str, Any], tokens: tuple[int, int] = (1000, 200)) -> Reply:
@@ -120,9 +128,7 @@ def test_a_caller_plan_runs_exactly_as_given(service: MemoryService) -> None:
 
 def test_llm_plan_is_used_and_cost_comes_from_reported_usage(tmp_path: Path, llm: Any) -> None:
     server, roles = llm
-    service = llm_service(tmp_path, server)
-    try:
-        seed(service)
+    with llm_service(tmp_path, server) as service:
         roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 20}}))
         result = service.deep_search("pottery studio", user_id="u")
         assert result.plans[0].source == "llm" and [s.step_id for s in result.plans[0].steps] == ["kw"]
@@ -133,8 +139,6 @@ def test_llm_plan_is_used_and_cost_comes_from_reported_usage(tmp_path: Path, llm
         tokens_out = 200 + 5 * (len(roles.asked) - 1)
         assert result.stats.input_tokens == tokens_in and result.stats.output_tokens == tokens_out
         assert result.stats.cost_usd == pytest.approx((tokens_in * 1.0 + tokens_out * 5.0) / 1e6)
-    finally:
-        service.close()
 
 
 @pytest.mark.parametrize(
@@ -149,24 +153,18 @@ def test_llm_planner_failures_fall_back_to_the_rules_and_say_so(
     tmp_path: Path, llm: Any, failure: list[Reply], reason: str
 ) -> None:
     server, roles = llm
-    service = llm_service(tmp_path, server, llm_timeout_s=0.5)
-    try:
-        seed(service)
+    with llm_service(tmp_path, server, llm_timeout_s=0.5) as service:
         roles.queues["plan"].extend(failure)
         result = service.deep_search("pottery studio", user_id="u")
         assert result.plans[0].source == "deterministic"
         warning = next(w for w in result.warnings if "planner fell back" in w)
         assert reason in warning.lower()
         assert result.items  # the search itself still worked
-    finally:
-        service.close()
 
 
 def test_insufficient_then_replanned_then_sufficient_in_round_two(tmp_path: Path, llm: Any) -> None:
     server, roles = llm
-    service = llm_service(tmp_path, server)
-    try:
-        seed(service)
+    with llm_service(tmp_path, server) as service:
         roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 2}}))
         roles.queues["evaluate"].append(Reply(json.dumps({
             "sufficient": False, "confidence": 0.2, "diagnosis": "nothing about her job",
@@ -184,29 +182,21 @@ def test_insufficient_then_replanned_then_sufficient_in_round_two(tmp_path: Path
         assert "Yes, she teaches chemistry at an international school" in [i.text for i in result.items]
         # The plan that worked is cached for queries of the same shape.
         assert service.explain_plan("Where does Mia teach physics?", user_id="u").cached_plan
-    finally:
-        service.close()
 
 
 def test_a_malformed_rerank_reply_keeps_the_order_and_is_counted(tmp_path: Path, llm: Any) -> None:
     server, roles = llm
-    service = llm_service(tmp_path, server)
-    try:
-        seed(service)
+    with llm_service(tmp_path, server) as service:
         roles.queues["rerank"].extend([Reply("nope"), Reply("still nope")])
         result = service.deep_search("pottery studio", user_id="u")
         assert result.stats.rerank_fallbacks >= 1
         assert any("rerank" in w.lower() for w in result.warnings)
         assert result.items
-    finally:
-        service.close()
 
 
 def test_llm_rewrite_and_hypothetical_memory_add_steps_and_stay_out_of_the_cache(tmp_path: Path, llm: Any) -> None:
     server, roles = llm
-    service = llm_service(tmp_path, server)
-    try:
-        seed(service)
+    with llm_service(tmp_path, server) as service:
         roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 5}},
                                                {"step_id": "sem", "index": "semantic", "params": {"top_k": 5}}))
         hypothetical = "My first piece was a little bowl I glazed blue"
@@ -221,18 +211,12 @@ def test_llm_rewrite_and_hypothetical_memory_add_steps_and_stay_out_of_the_cache
         assert not result.warnings or not any("expansion" in w for w in result.warnings)
         cached = service.explain_plan("What was the first thing Ben made?", user_id="u")
         assert cached.cached_plan and {s.step_id for s in cached.deep_plan.steps} == {"kw", "sem"}
-    finally:
-        service.close()
 
 
 def test_a_failed_expansion_searches_with_the_query_alone_and_says_so(tmp_path: Path, llm: Any) -> None:
     server, roles = llm
-    service = llm_service(tmp_path, server)
-    try:
-        seed(service)
+    with llm_service(tmp_path, server) as service:
         roles.queues["expand"].extend([Reply("no json"), Reply("still no json")])
         result = service.deep_search("pottery studio", user_id="u")
         assert any(w.startswith("query expansion skipped") for w in result.warnings)
         assert not {"hyde", "rewrite"} & {s.step_id for s in result.steps} and result.items
-    finally:
-        service.close()
