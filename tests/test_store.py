@@ -222,3 +222,28 @@ def test_edges_are_written_either_way(service: MemoryService, monkeypatch: pytes
     links = service.store.graph.neighbours(ids)
     assert links[ids[0]] == ("", ids[1]) and links[ids[1]] == (ids[0], ids[2]) and links[ids[2]] == (ids[1], "")
     assert "my cat Miso likes boxes" in [i.text for i in service.recall("Miso", user_id="u").items]
+
+
+def test_counts_that_fail_to_land_wait_for_the_next_upkeep(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+    say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"))
+    key_id = service.recall("spare key", user_id="u", limit=1).items[0].id
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("simulated commit conflict")
+
+    monkeypatch.setattr(service.store.log, "add_accesses", broken)
+    with pytest.raises(RuntimeError):
+        service.store.maintain()
+    monkeypatch.undo()
+    service.store.maintain()
+    assert service.store.log.get("u", [key_id])[key_id].access_count == 1
+
+
+def test_pending_mention_counts_survive_a_ledger_reload(service: MemoryService) -> None:
+    store = service.store
+    say(service, "u", "s", ("Ann", "I love hiking in the Alps"))
+    fact = next(r for r in store.user_records("u") if r.kind == "fact")
+    store.reinforce("u", [fact.id])
+    store.reinforce("u", [fact.id])
+    store._ledgers.pop("u")  # what a delete or a repair does
+    assert store.ledger("u").reinforce(fact.id) == fact.mention_count + 3

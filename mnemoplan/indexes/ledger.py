@@ -91,11 +91,13 @@ class UserLedger:
         for subject, facts in self.facts.items():
             self.facts[subject] = [f for f in facts if f.id != rid]
 
-    def reinforce(self, rid: str) -> int:
-        """Count one more mention of a fact; returns the new count."""
-        for subject, facts in self.facts.items():
+    def reinforce(self, rid: str, at_least: int = 0) -> int:
+        """Count one more mention of a fact (or, with ``at_least``, raise its count to that);
+        returns the new count, 0 for a fact that is not current."""
+        for facts in self.facts.values():
             for i, f in enumerate(facts):
                 if f.id == rid:
-                    facts[i] = KnownFact(f.id, f.subject_key, f.predicate, f.object, f.negated, f.vector, f.mentions + 1)
-                    return f.mentions + 1
+                    count = max(f.mentions, at_least) if at_least else f.mentions + 1
+                    facts[i] = KnownFact(f.id, f.subject_key, f.predicate, f.object, f.negated, f.vector, count)
+                    return count
         return 0

@@ -106,7 +106,9 @@ class MemoryStore:
         self._maintenance_lock = threading.Lock()
         self._mention_counts: dict[str, int] = {}
         self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
-        self._access_lock = threading.Lock()  # not the write lock: a long write must not stall a query
+        # Guards both pending-count dicts. A leaf lock: nothing else is taken while it is held
+        # (maintenance holds its own lock when it flushes, writes hold the write lock when they count).
+        self._counts_lock = threading.Lock()
         self._accesses_flushed = time.monotonic()
         self.overlays = OverlayWriter(
             self.bm25, self.graph, self.journal, self._repair_intent, interval_s=commit_interval_s
@@ -134,6 +136,10 @@ class MemoryStore:
         ledger = self._ledgers.get(user_id)
         if ledger is None:
             ledger = self._ledgers[user_id] = UserLedger.load(self.log, user_id)
+            with self._counts_lock:  # counts not yet in the log must not be lost by the reload
+                pending = dict(self._mention_counts)
+            for rid, count in pending.items():
+                ledger.reinforce(rid, at_least=count)
         return ledger
 
     def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
@@ -238,7 +244,8 @@ class MemoryStore:
             for rid in fact_ids:
                 count = ledger.reinforce(rid)
                 if count:
-                    self._mention_counts[rid] = count
+                    with self._counts_lock:
+                        self._mention_counts[rid] = count
 
     def note_access(self, ids: list[str]) -> None:
         """Count one retrieval of each record.
@@ -249,7 +256,7 @@ class MemoryStore:
         """
         if not ids:
             return
-        with self._access_lock:
+        with self._counts_lock:
             for rid in ids:
                 self._accesses[rid] = self._accesses.get(rid, 0) + 1
             waiting = len(self._accesses)
@@ -258,15 +265,24 @@ class MemoryStore:
             self._maintain_in_background()
 
     def _flush_counts(self) -> None:
-        with self._write_lock:
+        """Write pending mention and access counts to the log; on failure they wait for the next upkeep."""
+        with self._counts_lock:
             counts, self._mention_counts = self._mention_counts, {}
-        with self._access_lock:
             accesses, self._accesses = self._accesses, {}
             self._accesses_flushed = time.monotonic()
-        if counts:
-            self.log.set_mention_counts(counts)
-        if accesses:
-            self.log.add_accesses(accesses, datetime.now(UTC))
+        try:
+            if counts:
+                self.log.set_mention_counts(counts)
+                counts = {}
+            if accesses:
+                self.log.add_accesses(accesses, datetime.now(UTC))
+        except BaseException:
+            with self._counts_lock:  # put back what did not land (mention counts are absolute)
+                for rid, count in counts.items():
+                    self._mention_counts[rid] = max(count, self._mention_counts.get(rid, 0))
+                for rid, n in accesses.items():
+                    self._accesses[rid] = self._accesses.get(rid, 0) + n
+            raise
 
     def session_messages(self, user_id: str, session_id: str) -> list[Record]:
         """The messages of one session, in order."""
@@ -331,9 +347,10 @@ class MemoryStore:
             row["id"]: row["prev_id"]
             for row in self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}", ["id", "prev_id"])
         }
-        with self._access_lock:
+        with self._counts_lock:
             for rid in ids:
                 self._accesses.pop(rid, None)
+                self._mention_counts.pop(rid, None)
         report.per_store["log"] = self.log.delete(ids)
         report.per_store["graph"] = self.graph.delete(ids)
         report.per_store["bm25"] = self.bm25.delete(user_id, ids)
@@ -489,7 +506,10 @@ class MemoryStore:
         """Flush and release every store and the data-directory lock."""
         self.overlays.close()
         with self._maintenance_lock:
-            self._flush_counts()
+            try:
+                self._flush_counts()
+            except Exception:  # counts are bookkeeping: closing the stores matters more
+                log.exception("mention and access counts could not be written at close")
         with self._write_lock, self._maintenance_lock:
             self.bm25.close()
             try:
