@@ -220,3 +220,16 @@ def test_a_failed_expansion_searches_with_the_query_alone_and_says_so(tmp_path: 
         result = service.deep_search("pottery studio", user_id="u")
         assert any(w.startswith("query expansion skipped") for w in result.warnings)
         assert not {"hyde", "rewrite"} & {s.step_id for s in result.steps} and result.items
+
+
+def test_a_cached_template_drops_steps_that_depended_on_the_expansion(service: MemoryService) -> None:
+    seed(service)
+    analysis = service.recall_pipeline.analyzer.analyze("Where does Mia teach?", "u")
+    plan = QueryPlan(query="Where does Mia teach?", source="llm", steps=[
+        PlanStep(step_id="bm25", index="bm25"), PlanStep(step_id="rewrite", index="bm25", params={"query": "Mia job"}),
+        PlanStep(step_id="walk", index="graph_traversal", depends_on=["bm25", "rewrite"])])  # fmt: skip
+    service.deep._remember_plan(analysis, plan)
+    cached = service.deep.cache.get(analysis)
+    assert cached is not None and [s.step_id for s in cached.steps] == ["bm25", "walk"]
+    assert cached.steps[1].depends_on == ["bm25"]
+    assert service.recall_pipeline.registry.validate(cached)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from mnemoplan.errors import LLMError
+from mnemoplan.errors import InvalidPlan, LLMError
 from mnemoplan.model import (
     DeepSearchResult,
     DeepSearchStats,
@@ -227,6 +227,17 @@ class DeepSearch:
             run.warnings.append(f"LLM replanner fell back to the rules: {outcome.fallback_reason or 'repeated plan'}")
         return revise(run.plans[-1], evaluation, items, tried)
 
+    def _remember_plan(self, analysis: QueryAnalysis, plan: QueryPlan) -> None:
+        """Cache a plan that worked, as a template: without the expansion steps, which carry
+        this query's own text (and without any dependency on them)."""
+        steps = [s.model_copy(update={"depends_on": [d for d in s.depends_on if d not in EXPANSION_STEP_IDS]})
+                 for s in plan.steps if s.step_id not in EXPANSION_STEP_IDS]  # fmt: skip
+        try:
+            template = self.recall.registry.validate(plan.model_copy(update={"steps": steps}))
+        except InvalidPlan:
+            return  # nothing worth keeping without the expansion
+        self.cache.put(analysis, template)
+
     def _expand(self, analysis: QueryAnalysis, plan: QueryPlan, run: _Run) -> QueryPlan:
         """The plan plus the LLM's rewrite and hypothetical-memory steps, when an expander is configured."""
         if self.llm.expander is None:
@@ -240,7 +251,11 @@ class DeepSearch:
         extra = expansion.steps(plan)
         if not extra:
             return plan
-        return self.recall.registry.validate(plan.model_copy(update={"steps": [*plan.steps, *extra]}))
+        try:
+            return self.recall.registry.validate(plan.model_copy(update={"steps": [*plan.steps, *extra]}))
+        except InvalidPlan as exc:
+            run.warnings.append(f"query expansion skipped: {exc.message}")
+            return plan
 
     # -- running -----------------------------------------------------------------------
 
@@ -311,9 +326,7 @@ class DeepSearch:
                 break
             plan = nxt
         if evaluation is not None and evaluation.sufficient and not caller and run.plans[-1].source != "deterministic":
-            # The expansion steps carry this query's own text: the cached template goes without them.
-            kept = [s for s in run.plans[-1].steps if s.step_id not in EXPANSION_STEP_IDS]
-            self.cache.put(analysis, run.plans[-1].model_copy(update={"steps": kept}))
+            self._remember_plan(analysis, run.plans[-1])
         items = self._rerank(query, items, run)[:max_results]
         return self._result(query, scope, items, evaluation, run, started)
 
