@@ -247,3 +247,18 @@ def test_pending_mention_counts_survive_a_ledger_reload(service: MemoryService) 
     store.reinforce("u", [fact.id])
     store._ledgers.pop("u")  # what a delete or a repair does
     assert store.ledger("u").reinforce(fact.id) == fact.mention_count + 3
+
+
+def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
+    from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
+
+    cache = VectorCache()
+    for change in (lambda: cache.invalidate("u"), lambda: cache.invalidate(), lambda: cache.extend("u", UserVectors())):
+        generation = cache.generation("u")  # a load starts...
+        change()  # ...a write lands while it reads...
+        cache.put("u", UserVectors(), generation)  # ...and its rows may be stale
+        assert cache.get("u") is None
+    generation = cache.generation("u")
+    cache.extend("v", UserVectors())  # another user's write does not spoil this load
+    cache.put("u", UserVectors(), generation)
+    assert cache.get("u") is not None

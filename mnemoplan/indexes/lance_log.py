@@ -14,6 +14,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -261,13 +262,27 @@ class LanceLog:
             )  # fmt: skip
             self.vector_cache.extend(user_id, more)
 
+    @contextmanager
+    def _changing(self, ids: list[str] | None, *, vectors: bool = False) -> Iterator[None]:
+        """Rewrite rows under the rewrite lock, dropping their cached copies before and after:
+        a read between the two could otherwise cache the old rows again."""
+        with self._rewrite_lock:
+            self._drop_cached(ids, vectors)
+            try:
+                yield
+            finally:
+                self._drop_cached(ids, vectors)
+
+    def _drop_cached(self, ids: list[str] | None, vectors: bool) -> None:
+        self.cache.evict(ids)
+        if vectors:
+            self.vector_cache.invalidate()
+
     def update_vectors(self, ids_to_vectors: dict[str, tuple[str, np.ndarray]]) -> None:
         """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten)."""
-        with self._rewrite_lock:
+        with self._changing(list(ids_to_vectors), vectors=True):
             if self._table is None:
                 return
-            self.cache.evict(list(ids_to_vectors))
-            self.vector_cache.invalidate()
             for rid, (prev_id, vector) in ids_to_vectors.items():
                 self._table.update(
                     where=f"id = {sql_str(rid)}",
@@ -276,15 +291,13 @@ class LanceLog:
 
     def set_superseded(self, rid: str, by_id: str, valid_to: datetime) -> None:
         """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
-        with self._rewrite_lock:
-            self.cache.evict([rid])
+        with self._changing([rid]):
             if self._table is not None:
                 self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
 
     def set_mention_counts(self, counts: dict[str, int]) -> None:
         """Set mention counts (facts said again), in one update per distinct count."""
-        with self._rewrite_lock:
-            self.cache.evict(list(counts))
+        with self._changing(list(counts)):
             if self._table is None:
                 return
             by_count: dict[int, list[str]] = {}
@@ -298,8 +311,7 @@ class LanceLog:
 
         One read of the current counts, then one update per distinct new count.
         """
-        with self._rewrite_lock:
-            self.cache.evict(list(counts))
+        with self._changing(list(counts)):
             if self._table is None or not counts:
                 return
             ids = list(counts)
@@ -315,9 +327,7 @@ class LanceLog:
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""
-        with self._rewrite_lock:
-            self.cache.evict(ids)
-            self.vector_cache.invalidate()
+        with self._changing(ids, vectors=True):
             if self._table is None or not ids:
                 return 0
             deleted = 0
@@ -330,9 +340,7 @@ class LanceLog:
 
     def delete_where(self, where: str) -> None:
         """Delete every record matching a filter."""
-        with self._rewrite_lock:
-            self.cache.evict()
-            self.vector_cache.invalidate()
+        with self._changing(None, vectors=True):
             if self._table is not None:
                 self._table.delete(where)
 
@@ -450,6 +458,7 @@ class LanceLog:
         entry = self.vector_cache.get(user_id)
         if entry is not None or self._table is None:
             return entry
+        generation = self.vector_cache.generation(user_id)
         where = f"user_id = {sql_str(user_id)}"
         if self._table.count_rows(where) > self.vector_cache.max_user_rows:
             return None
@@ -463,7 +472,7 @@ class LanceLog:
             data.column("occurred_at").to_pylist(), data.column("session_id").to_pylist(),
             data.column("seq").to_pylist(),
         )  # fmt: skip
-        self.vector_cache.put(user_id, entry)
+        self.vector_cache.put(user_id, entry, generation)
         return entry
 
     def user_view(self, user_id: str) -> UserVectors | None:

@@ -155,6 +155,11 @@ class VectorCache:
         self.max_total_rows = max_total_rows or 2 * max_user_rows
         self._users: OrderedDict[str, UserVectors] = OrderedDict()
         self._lock = threading.Lock()
+        # Bumped by every change to a user's rows (and, for all users, by a full invalidation):
+        # a load that started before one must not be cached (it may miss rows appended
+        # meanwhile, or hold rows deleted meanwhile).
+        self._epoch = 0
+        self._changes: dict[str, int] = {}
 
     def get(self, user_id: str) -> UserVectors | None:
         """The user's rows if cached."""
@@ -164,9 +169,17 @@ class VectorCache:
                 self._users.move_to_end(user_id)
             return entry
 
-    def put(self, user_id: str, entry: UserVectors) -> None:
-        """Cache a user's rows (loaded whole from the log)."""
+    def generation(self, user_id: str) -> tuple[int, int]:
+        """Read before loading a user's rows; pass it to ``put``."""
         with self._lock:
+            return self._epoch, self._changes.get(user_id, 0)
+
+    def put(self, user_id: str, entry: UserVectors, generation: tuple[int, int]) -> None:
+        """Cache a user's rows, loaded whole from the log, unless they changed since
+        ``generation`` was read (the load may then be stale; the next one will not be)."""
+        with self._lock:
+            if generation != (self._epoch, self._changes.get(user_id, 0)):
+                return
             self._users[user_id] = entry
             self._users.move_to_end(user_id)
             total = sum(len(e) for e in self._users.values())
@@ -177,6 +190,7 @@ class VectorCache:
     def extend(self, user_id: str, more: UserVectors) -> None:
         """Append new rows to a cached user (an uncached user loads them later)."""
         with self._lock:
+            self._changes[user_id] = self._changes.get(user_id, 0) + 1
             entry = self._users.get(user_id)
             if entry is None:
                 return
@@ -189,6 +203,8 @@ class VectorCache:
         """Drop one user's rows, or everyone's."""
         with self._lock:
             if user_id is None:
+                self._epoch += 1
                 self._users.clear()
             else:
+                self._changes[user_id] = self._changes.get(user_id, 0) + 1
                 self._users.pop(user_id, None)
