@@ -78,6 +78,7 @@ def measure(service: Any, questions: list[Question], sample: int = 100) -> dict[
                 index.answers.clear()
             for result in real:
                 replays[result.step.index].answers[ReplayIndex.key(result.step.params)] = result.hits
+            expected = [len(r.hits) for r in real]
             runs: list[tuple[float, float, float]] = []
             for _ in range(REPEATS):
                 t0 = time.perf_counter()
@@ -88,6 +89,9 @@ def measure(service: Any, questions: list[Question], sample: int = 100) -> dict[
                                      vector=LazyVector(_no_vector), analysis=analysis)  # fmt: skip
                 results = executor.execute(plan, base)
                 t2 = time.perf_counter()
+                if [len(r.hits) for r in results] != expected or any(r.error for r in results):
+                    raise RuntimeError(f"replay did not reproduce the plan's steps for {q.qid}: the measurement "
+                                       "would not be of the same work")  # fmt: skip
                 fuse(results, plan.combination_strategy, modes=pipeline.config.modes, weights=pipeline.config.weights)
                 t3 = time.perf_counter()
                 runs.append((t1 - t0, t2 - t1, t3 - t2))

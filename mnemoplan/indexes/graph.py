@@ -95,12 +95,15 @@ class GraphIndex:
         for statement in _SCHEMA:
             self._conn.execute(statement)
         # Nodes of every user (an estimate kept up by adds; it only picks how edges are written).
-        self._record_count = int(self._run("MATCH (r:Record) RETURN count(r)")[0][0])
+        self._record_count = self._count_records()
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         with self._lock:
             result = self._conn.execute(query, params or {})
             return result.get_all() if isinstance(result, kuzu.QueryResult) else []
+
+    def _count_records(self) -> int:
+        return int(self._run("MATCH (r:Record) RETURN count(r)")[0][0])
 
     def _each(self, query: str, rows: list[dict[str, Any]]) -> None:
         """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
@@ -168,7 +171,6 @@ class GraphIndex:
                     "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
                     {"rows": distinct},
                 )
-            self._record_count += len(records)
             self._each(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
                        [{"a": row["id"], "b": row["s"]} for row in sessions])  # fmt: skip
             self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",
@@ -199,6 +201,8 @@ class GraphIndex:
                     "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
                     {"rows": relations},
                 )
+        # New nodes are counted; a MERGE re-add (repair, rebuild) may create some or none.
+        self._record_count = self._record_count + len(records) if fresh else self._count_records()
 
     def close_relation(self, fact_id: str, valid_to: int) -> None:
         """Mark the edges a superseded fact created as no longer valid."""
@@ -213,6 +217,7 @@ class GraphIndex:
             self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
             self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
             self._drop_orphans()
+        self._record_count = max(0, self._record_count - int(found))
         return int(found)
 
     def _drop_orphans(self) -> None:
@@ -226,6 +231,7 @@ class GraphIndex:
             self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
             self._run("MATCH (e:Entity {user: $u}) DETACH DELETE e", {"u": user})
             self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
+        self._record_count = max(0, self._record_count - int(found))
         return int(found)
 
     def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:
