@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     )
     recency_half_life_days: float = Field(0.0, ge=0.0, description="0 disables the recency prior in recall.")
     importance_weight: float = Field(0.0, ge=0.0, description="Weight of stored importance in recall (0: off).")
+    context_propagation: float = Field(
+        0.5, ge=0.0, le=1.0, description="Share of a strong hit's score its neighbouring turns inherit (0: off)."
+    )
+    session_weight: float = Field(0.2, ge=0.0, description="Weight of the session prior in recall (0: off).")
     use_weight: float = Field(
         0.0, ge=0.0, description="Weight of past use (access counts, log-scaled, saturating at 100) in recall (0: off)."
     )

@@ -57,6 +57,8 @@ def recall_config(settings: Settings) -> RecallConfig:
             recency_half_life_days=settings.recency_half_life_days,
             importance_weight=settings.importance_weight,
             use_weight=settings.use_weight,
+            context_propagation=settings.context_propagation,
+            session_weight=settings.session_weight,
         ),
         weights=MappingProxyType(dict(settings.recall_weights)),
         token_budget=settings.recall_token_budget,
