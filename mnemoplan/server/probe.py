@@ -10,9 +10,11 @@ from typing import Any
 
 
 def time_stdio_calls(
-    data_dir: Path, tool: str, calls: list[dict[str, Any]], *, env: dict[str, str] | None = None, warmup: int = 5
+    data_dir: Path, tool: str, calls: list[dict[str, Any]], *, env: dict[str, str] | None = None,
+    warmup_calls: list[dict[str, Any]] | None = None,
 ) -> list[float]:
-    """Round-trip milliseconds of each call (after ``warmup`` untimed ones), client to server to client.
+    """Round-trip milliseconds of each call, client to server to client, after untimed
+    ``warmup_calls`` (default: the first five calls).
 
     Raises:
         RuntimeError: a call came back as a tool error.
@@ -27,7 +29,7 @@ def time_stdio_calls(
 
     async def main() -> None:
         async with Client(params, mode="legacy") as client:
-            for args in calls[:warmup]:
+            for args in calls[:5] if warmup_calls is None else warmup_calls:
                 await client.call_tool(tool, args)
             for args in calls:
                 started = time.perf_counter()
