@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mnemoplan.bench.arguments import MODES
 from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
 from mnemoplan.bench.metrics import latency_summary, summarise
 from mnemoplan.bench.overhead import measure as plan_overhead
@@ -29,27 +30,9 @@ from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.report import update_readme, write_plots, write_report
 from mnemoplan.model import MemoryItem, MessageIn
 
-MODES = ("recall", "deep", "bm25", "vector")
 RANK_DEPTH = 50  # items asked for; rankings keep at least 25 distinct turns
 WARMUP = 10
 SINGLE_USER = "bench-single-remember"  # a user of its own: measured users' stores stay as ingested
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The bench command's options."""
-    src = p.add_argument_group("data (one of)")
-    src.add_argument("--dataset", type=Path, help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json)")
-    src.add_argument("--messages", type=Path, help="generic format: messages JSONL")
-    src.add_argument("--questions", type=Path, help="generic format: questions JSONL")
-    p.add_argument("--mode", choices=[*MODES, "all"], default="recall", help="what to query (default recall)")
-    p.add_argument("--out", type=Path, required=True, help="directory for rankings, metrics, report and plots")
-    p.add_argument("--data-dir", type=Path, help="memory data directory (default: a fresh temporary one)")
-    p.add_argument("--limit-conversations", type=int, metavar="N", help="only the first N conversations")
-    p.add_argument("--mcp-sample", type=int, default=50, metavar="N",
-                   help="questions timed through a real MCP stdio round trip (0: skip; default 50)")  # fmt: skip
-    p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (default bundled MiniLM)")
-    p.add_argument("--readme", type=Path, help="update this README's results block with the overall table")
-    p.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")
 
 
 def load_dataset(args: argparse.Namespace) -> Dataset:

@@ -35,18 +35,6 @@ LIMITS = (10, 50)
 TARGET_P50_MS = 50.0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The bench-scale command's options."""
-    p.add_argument("--dataset", type=Path, required=True, help="LoCoMo JSON: the source text")
-    p.add_argument("--messages", type=int, default=100_000, metavar="N", help="messages to store (100000)")
-    p.add_argument("--out", type=Path, required=True, help="directory for scale.json and scale.md")
-    p.add_argument("--data-dir", type=Path,
-                   help="data directory; reused if the user 'scale' holds N messages")  # fmt: skip
-    p.add_argument("--queries", type=int, default=300, metavar="Q", help="timed recall queries (default 300)")
-    p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (bundled MiniLM)")
-    p.add_argument("--keep-data", action="store_true", help="keep the data directory at the end")
-
-
 # -- building the store -------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from mnemoplan.bench.arguments import bench_arguments, scale_arguments
+
 
 def cmd_search(args: argparse.Namespace) -> int:
     """Run one recall (or deep search) from the shell and print the results with per-phase timings."""
@@ -91,6 +93,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+def cmd_bench_scale(args: argparse.Namespace) -> int:
+    """Build (or reuse) one user holding many messages, time recall, write scale.json and scale.md under --out."""
+    from mnemoplan.bench.scale import run_from_args
+
+    return run_from_args(args)
+
+
 def add_commands(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register the search and bench subcommands."""
     p = sub.add_parser("search", help="run one recall or deep search", description=cmd_search.__doc__)
@@ -106,18 +115,14 @@ def add_commands(sub: argparse._SubParsersAction, common: Callable[[argparse.Arg
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_stats)
 
-    from mnemoplan.bench.runner import add_arguments
-
     p = sub.add_parser("bench", help="benchmark recall quality and speed", description=cmd_bench.__doc__)
-    add_arguments(p)
+    bench_arguments(p)
     p.set_defaults(func=cmd_bench)
 
-    from mnemoplan.bench import scale
-
     p = sub.add_parser("bench-scale", help="time recall for one user holding many messages",
-                       description=scale.run_from_args.__doc__)  # fmt: skip
-    scale.add_arguments(p)
-    p.set_defaults(func=scale.run_from_args)
+                       description=cmd_bench_scale.__doc__)  # fmt: skip
+    scale_arguments(p)
+    p.set_defaults(func=cmd_bench_scale)
 
 
-__all__ = ["add_commands", "cmd_bench", "cmd_search"]
+__all__ = ["add_commands", "cmd_bench", "cmd_bench_scale", "cmd_search"]

@@ -1,0 +1,42 @@
+"""The options of ``mnemoplan bench`` and ``bench-scale``, apart from the code that runs them.
+
+Building the CLI's parser must stay cheap: ``mnemoplan serve`` builds it too, and the bench
+modules import the storage and planning stack (0.8 s of imports before the server could
+answer ``initialize``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+MODES = ("recall", "deep", "bm25", "vector")
+
+
+def bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench command's options."""
+    src = p.add_argument_group("data (one of)")
+    src.add_argument("--dataset", type=Path, help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json)")
+    src.add_argument("--messages", type=Path, help="generic format: messages JSONL")
+    src.add_argument("--questions", type=Path, help="generic format: questions JSONL")
+    p.add_argument("--mode", choices=[*MODES, "all"], default="recall", help="what to query (default recall)")
+    p.add_argument("--out", type=Path, required=True, help="directory for rankings, metrics, report and plots")
+    p.add_argument("--data-dir", type=Path, help="memory data directory (default: a fresh temporary one)")
+    p.add_argument("--limit-conversations", type=int, metavar="N", help="only the first N conversations")
+    p.add_argument("--mcp-sample", type=int, default=50, metavar="N",
+                   help="questions timed through a real MCP stdio round trip (0: skip; default 50)")  # fmt: skip
+    p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (default bundled MiniLM)")
+    p.add_argument("--readme", type=Path, help="update this README's results block with the overall table")
+    p.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")
+
+
+def scale_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench-scale command's options."""
+    p.add_argument("--dataset", type=Path, required=True, help="LoCoMo JSON: the source text")
+    p.add_argument("--messages", type=int, default=100_000, metavar="N", help="messages to store (100000)")
+    p.add_argument("--out", type=Path, required=True, help="directory for scale.json and scale.md")
+    p.add_argument("--data-dir", type=Path,
+                   help="data directory; reused if the user 'scale' holds N messages")  # fmt: skip
+    p.add_argument("--queries", type=int, default=300, metavar="Q", help="timed recall queries (default 300)")
+    p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (bundled MiniLM)")
+    p.add_argument("--keep-data", action="store_true", help="keep the data directory at the end")
