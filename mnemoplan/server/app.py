@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import NotificationParams, ToolAnnotations
 from pydantic import Field
 
 from mnemoplan import __version__
@@ -48,16 +48,29 @@ runs, and `forget` when the user asks you to delete something. Every call is sco
 
 
 class ServiceHolder:
-    """Builds the memory service in the background and hands it to tools once ready."""
+    """Builds the memory service in the background and hands it to tools once ready.
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    The build (importing torch and the storage libraries, opening the stores) holds the
+    GIL for long stretches; started at once, it delayed the answer to ``initialize`` to
+    ~1.4 s. It therefore waits for the handshake to finish (``go``), for a first tool call,
+    or at most ``start_after_s``.
+    """
+
+    def __init__(self, factory: Callable[[], Any], *, start_after_s: float = 1.0) -> None:
         self._service: Any = None
         self._error: BaseException | None = None
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._build, args=(factory,), name="mnemoplan-startup", daemon=True)
+        self._go = threading.Event()
+        self._thread = threading.Thread(target=self._build, args=(factory, start_after_s), name="mnemoplan-startup",
+                                        daemon=True)  # fmt: skip
         self._thread.start()
 
-    def _build(self, factory: Callable[[], Any]) -> None:
+    def go(self) -> None:
+        """Start building now (the client has finished the handshake, or needs the service)."""
+        self._go.set()
+
+    def _build(self, factory: Callable[[], Any], start_after_s: float) -> None:
+        self._go.wait(start_after_s)
         try:
             self._service = factory()
         except BaseException as exc:
@@ -74,6 +87,7 @@ class ServiceHolder:
             MnemoError: start-up failed or is taking too long.
         """
         if not self._ready.is_set():
+            self.go()
             await anyio.to_thread.run_sync(self._ready.wait, timeout_s)
         if not self._ready.is_set():
             raise Unavailable("The memory service is still starting.", hint="Retry in a few seconds.")
@@ -244,4 +258,10 @@ def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> 
         log_level=settings.log_level,
     )
     register_tools(mcp)
+
+    async def on_initialized(ctx: Any, _: Any) -> None:
+        ctx.lifespan_context.go()
+
+    # MCPServer (mcp 2.x) has no public hook for the handshake's end; its low-level server does.
+    mcp._lowlevel_server.add_notification_handler("notifications/initialized", NotificationParams, on_initialized)
     return mcp
