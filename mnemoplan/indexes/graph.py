@@ -94,32 +94,28 @@ class GraphIndex:
         self._lock = threading.RLock()
         for statement in _SCHEMA:
             self._conn.execute(statement)
-        # Nodes of every user (an estimate kept up by adds; it only picks how edges are written).
-        self._record_count = self._count_records()
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         with self._lock:
             result = self._conn.execute(query, params or {})
             return result.get_all() if isinstance(result, kuzu.QueryResult) else []
 
-    def _count_records(self) -> int:
-        return int(self._run("MATCH (r:Record) RETURN count(r)")[0][0])
-
-    def _each(self, query: str, rows: list[dict[str, Any]]) -> None:
+    def _each(self, query: str, rows: list[dict[str, Any]], *, batched: bool) -> None:
         """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
 
         Kùzu answers ``UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b})``
         with a scan of the node table per row: cheap on a small graph (the whole of a
         4-conversation ingest's edges in 1.5 s), ruinous on a large one (15 ms a row at 92k
         records, so the overlay fell ever further behind). One statement per row costs a
-        steady ~0.5 ms. Below ``UNWIND_MAX_RECORDS`` records the batch wins, above it the rows.
+        steady ~0.5 ms. Below ``UNWIND_MAX_RECORDS`` records the batch wins (``batched``),
+        above it the rows.
         """
         if not rows:
             return
         with self._lock:
-            if self._record_count < UNWIND_MAX_RECORDS:
-                batched = query.replace("$a", "row.a").replace("$b", "row.b")
-                self._conn.execute("UNWIND $rows AS row " + batched, {"rows": rows})
+            if batched:
+                unwound = query.replace("$a", "row.a").replace("$b", "row.b")
+                self._conn.execute("UNWIND $rows AS row " + unwound, {"rows": rows})
                 return
             for row in rows:
                 self._conn.execute(query, row)
@@ -151,6 +147,8 @@ class GraphIndex:
             return
         put = "CREATE" if fresh else "MERGE"
         with self._transaction():
+            # Counting nodes costs under a millisecond; it picks how the edges are written.
+            batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < UNWIND_MAX_RECORDS
             rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
             if fresh:
                 self._run(
@@ -172,11 +170,11 @@ class GraphIndex:
                     {"rows": distinct},
                 )
             self._each(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
-                       [{"a": row["id"], "b": row["s"]} for row in sessions])  # fmt: skip
+                       [{"a": row["id"], "b": row["s"]} for row in sessions], batched=batched)  # fmt: skip
             self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",
-                       [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id])  # fmt: skip
+                       [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id], batched=batched)  # fmt: skip
             self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:DERIVED_FROM]->(b)",
-                       [{"a": r.id, "b": src} for r in records for src in r.derived_from])  # fmt: skip
+                       [{"a": r.id, "b": src} for r in records for src in r.derived_from], batched=batched)  # fmt: skip
             entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
             if entities:
                 self._run(
@@ -201,8 +199,6 @@ class GraphIndex:
                     "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
                     {"rows": relations},
                 )
-        # New nodes are counted; a MERGE re-add (repair, rebuild) may create some or none.
-        self._record_count = self._record_count + len(records) if fresh else self._count_records()
 
     def close_relation(self, fact_id: str, valid_to: int) -> None:
         """Mark the edges a superseded fact created as no longer valid."""
@@ -217,7 +213,6 @@ class GraphIndex:
             self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
             self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
             self._drop_orphans()
-        self._record_count = max(0, self._record_count - int(found))
         return int(found)
 
     def _drop_orphans(self) -> None:
@@ -231,7 +226,6 @@ class GraphIndex:
             self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
             self._run("MATCH (e:Entity {user: $u}) DETACH DELETE e", {"u": user})
             self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
-        self._record_count = max(0, self._record_count - int(found))
         return int(found)
 
     def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:

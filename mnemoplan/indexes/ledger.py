@@ -9,6 +9,7 @@ by deletes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,13 +92,18 @@ class UserLedger:
         for subject, facts in self.facts.items():
             self.facts[subject] = [f for f in facts if f.id != rid]
 
-    def reinforce(self, rid: str, at_least: int = 0) -> int:
-        """Count one more mention of a fact (or, with ``at_least``, raise its count to that);
-        returns the new count, 0 for a fact that is not current."""
+    def reinforce(self, rid: str) -> int:
+        """Count one more mention of a fact; returns the new count (0 for a fact not current)."""
+        return self._recount(rid, lambda n: n + 1)
+
+    def raise_mentions(self, rid: str, count: int) -> int:
+        """Raise a fact's count to at least ``count`` (a count not yet in the log)."""
+        return self._recount(rid, lambda n: max(n, count))
+
+    def _recount(self, rid: str, new: Callable[[int], int]) -> int:
         for facts in self.facts.values():
             for i, f in enumerate(facts):
                 if f.id == rid:
-                    count = max(f.mentions, at_least) if at_least else f.mentions + 1
-                    facts[i] = KnownFact(f.id, f.subject_key, f.predicate, f.object, f.negated, f.vector, count)
-                    return count
+                    facts[i] = KnownFact(f.id, f.subject_key, f.predicate, f.object, f.negated, f.vector, new(f.mentions))
+                    return facts[i].mentions
         return 0

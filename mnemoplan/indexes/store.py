@@ -139,7 +139,7 @@ class MemoryStore:
             with self._counts_lock:  # counts not yet in the log must not be lost by the reload
                 pending = dict(self._mention_counts)
             for rid, count in pending.items():
-                ledger.reinforce(rid, at_least=count)
+                ledger.raise_mentions(rid, count)
         return ledger
 
     def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:

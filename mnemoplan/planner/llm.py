@@ -254,24 +254,19 @@ class LLMClient:
         attempts = 0
         messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
         try:
-            text, stop_reason, sent = self._send(system, messages, max_tokens, usage)
-            attempts += sent
-            try:
-                return LLMReply(data=extract_json(text), text=text, usage=usage, attempts=attempts)
-            except ValueError as first:
-                error = _json_error(text, first, stop_reason)
-            # One repair round-trip: show the model its own reply and ask for JSON only.
-            messages = [
-                *messages,
-                {"role": "assistant", "content": text.strip() or "(empty reply)"},
-                {"role": "user", "content": _REPAIR_INSTRUCTION.format(error=error)},
-            ]
-            text, stop_reason, sent = self._send(system, messages, max_tokens, usage)
-            attempts += sent
-            try:
-                return LLMReply(data=extract_json(text), text=text, usage=usage, attempts=attempts)
-            except ValueError as second:
-                error = _json_error(text, second, stop_reason)
+            for _ in range(2):  # the reply, then one repair round-trip
+                text, stop_reason, sent = self._send(system, messages, max_tokens, usage)
+                attempts += sent
+                try:
+                    return LLMReply(data=extract_json(text), text=text, usage=usage, attempts=attempts)
+                except ValueError as err:
+                    error = _json_error(text, err, stop_reason)
+                # Show the model its own reply and ask for JSON only.
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": text.strip() or "(empty reply)"},
+                    {"role": "user", "content": _REPAIR_INSTRUCTION.format(error=error)},
+                ]
             raise _CallFailed(f"malformed JSON in the reply, even after a repair ({error})", 0, "malformed")
         except _CallFailed as failed:
             usage.failures = 1
