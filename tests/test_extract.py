@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mnemoplan.extract import times
 from mnemoplan.extract.names import entity_key, extract_names, mentions_for
 from mnemoplan.extract.times import find_times
 
@@ -43,6 +44,61 @@ def test_time_expressions_resolve_against_the_message_time(text: str, expected: 
 
 def test_no_time_in_plain_text() -> None:
     assert find_times("I may have a cat and 2000 followers", SAID) == []
+
+
+ABSOLUTE_DATES = [
+    ("on 7 May 2023 it rained", ("2023-05-07", "2023-05-08", "day")),
+    ("it was May 7th, 2023 I think", ("2023-05-07", "2023-05-08", "day")),
+    ("the log says 2023-05-07", ("2023-05-07", "2023-05-08", "day")),
+    ("we moved in May 2023", ("2023-05-01", "2023-06-01", "month")),  # month precision: the whole month
+    ("the gig on the 7th of May", ("2023-05-07", "2023-05-08", "day")),
+]
+
+
+def span(text: str, ref: datetime = SAID) -> tuple[str, str, str]:
+    t = find_times(text, ref)[0]
+    return t.start.date().isoformat(), t.end.date().isoformat(), t.granularity
+
+
+@pytest.mark.parametrize(("text", "expected"), ABSOLUTE_DATES)
+def test_absolute_dates_are_read_with_their_precision(text: str, expected: tuple[str, str, str]) -> None:
+    assert span(text) == expected
+
+
+def test_absolute_dates_are_read_by_dateparser() -> None:
+    assert times._parse_date("may 7th, 2023") == ((2023, 5, 7), "day")
+    assert times._parse_date("may 2023") == ((2023, 5, None), "month")
+    assert times._parse_date("may 7") == ((None, 5, 7), "day")  # no year given: the reference picks it
+    assert times._parse_date("2023-13-01") is None  # not 13 January
+
+
+@pytest.mark.parametrize(("text", "expected"), ABSOLUTE_DATES)
+def test_the_regex_groups_stand_in_when_dateparser_fails(
+    monkeypatch: pytest.MonkeyPatch, text: str, expected: tuple[str, str, str]
+) -> None:
+    def broken() -> None:
+        raise RuntimeError("no parser")
+
+    monkeypatch.setattr(times, "_date_parser", broken)
+    times._parse_date.cache_clear()
+    try:
+        assert span(text) == expected
+    finally:
+        times._parse_date.cache_clear()
+
+
+def test_a_date_without_a_year_is_the_most_recent_one() -> None:
+    january = datetime(2024, 1, 15, 9, 0, tzinfo=UTC)
+    assert span("the gig on May 7", january) == ("2023-05-07", "2023-05-08", "day")  # last May
+    april = datetime(2024, 4, 20, 9, 0, tzinfo=UTC)
+    assert span("the gig on May 7", april) == ("2024-05-07", "2024-05-08", "day")  # under a month ahead
+
+
+def test_an_impossible_date_is_skipped() -> None:
+    # The day is dropped; "February 2023" inside it is still a month.
+    found = [(t.text, t.granularity) for t in find_times("on 31 February 2023 we met", SAID)]
+    assert found == [("February 2023", "month")]
+    assert find_times("see 2023-13-01 and February 30", SAID) == []
 
 
 def test_entity_keys_fold_case_accents_and_punctuation() -> None:

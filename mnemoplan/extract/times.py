@@ -1,20 +1,37 @@
 """Time expressions, resolved to intervals against a reference time.
 
-"yesterday", said on 8 May 2023, is [7 May 2023, 8 May 2023). Relative expressions
-("last week", "three days ago", "next month", "last Friday") are resolved by calendar
-arithmetic; absolute dates in their many spellings ("7 May 2023", "May 7th",
-"2023-05-07") are parsed by ``dateparser``; a date's precision (day, month, year)
-sets the interval's width. Expressions like "before May 2023" or "since 2016" keep
-their relation so a query can become an open window.
+"yesterday", said on 8 May 2023, is [7 May 2023, 8 May 2023). Regexes find the spans
+(dateparser's ``search_dates`` takes ~2.5 ms a sentence and reads dates into words like
+"we" and "may"); then:
+
+- Absolute dates ("7 May 2023", "May 7th, 2023", "2023-05-07", "May 2023", "May 7",
+  and the month or year of "in May", "since 2016") are read by ``dateparser``. Its
+  ``period`` is the date's precision (day, month, year) and sets the interval's width;
+  its ``parts`` say whether the text gave a year. It runs against a fixed base, so its
+  reading depends on the text alone and is cached by the text. A date said without a
+  year is then put in the most recent year that fits: "May 7" is this year's unless
+  that is more than 31 days after the reference ("in May": unless May is more than a
+  month ahead), else last year's. dateparser has no such rule (it takes the current
+  year, or strictly past or future ones), so it is written here. If dateparser reads
+  nothing, or not the parts the pattern promised, the regex groups are used.
+- Relative expressions ("last week", "three days ago", "next month", "last Friday",
+  "yesterday", seasons) are resolved by calendar arithmetic here: each denotes a whole
+  day, week, month or season around an anchor, while dateparser returns an instant
+  ("next month", said on 8 May at 13:56, is 8 June at 13:56) and reads no seasons,
+  weekends or "a couple of weeks ago".
+
+Expressions like "before May 2023" or "since 2016" keep their relation so a query can
+become an open window.
 """
 
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 Relation = Literal["within", "before", "after"]
 
@@ -49,6 +66,22 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 _RELATION_BEFORE = re.compile(r"\b(before|until|till|prior to|earlier than|by)\s+$", re.I)
 _RELATION_AFTER = re.compile(r"\b(after|since|from|later than)\s+$", re.I)
 _SEASONS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12), "winter": (12, 15)}
+
+# The absolute kinds, read by dateparser: the parts of a date each one's text gives, and the
+# group that holds the date ("in May" and "since 2016" give dateparser only "May", "2016").
+_ABSOLUTE: dict[str, tuple[tuple[str, ...], int]] = {
+    "iso": (("year", "month", "day"), 0),
+    "day_month_year": (("year", "month", "day"), 0),
+    "month_day_year": (("year", "month", "day"), 0),
+    "month_year": (("year", "month"), 0),
+    "day_month": (("month", "day"), 0),
+    "month_day": (("month", "day"), 0),
+    "month": (("month",), 1),
+    "year": (("year",), 1),
+}
+_DATE_PARTS = ("year", "month", "day")
+# year, month, day; None for a part the text leaves open
+DateFields = tuple[int | None, int | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -114,35 +147,102 @@ def _unit_span(anchor: datetime, unit: str) -> tuple[datetime, datetime, str]:
     return start, end, "year"
 
 
+@functools.cache
+def _date_parser() -> Any:
+    """dateparser's parser, built on first use: importing dateparser costs ~60 ms that most callers never need."""
+    from dateparser.date import DateDataParser
+
+    return DateDataParser(
+        languages=["en"],
+        settings={
+            "PARSERS": ["absolute-time"],  # relative expressions never get here
+            # A fixed base (a leap year, for "Feb 29"): the answer depends on the text alone, so it is
+            # cached by the text; the year of a yearless date is chosen afterwards by _absolute_span.
+            "RELATIVE_BASE": datetime(2000, 1, 1),
+            "PREFER_DAY_OF_MONTH": "first",  # "May 2023" starts on 1 May
+            "PREFER_MONTH_OF_YEAR": "first",  # "2016" starts in January
+            "DATE_ORDER": "DMY",
+            "STRICT_DATE_ORDER": "all",  # "2023-13-01" is no date, not 13 January
+            "TIMEZONE": "UTC",
+            "RETURN_AS_TIMEZONE_AWARE": False,
+        },
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_date(text: str) -> tuple[DateFields, str] | None:
+    """The year, month and day that dateparser reads in ``text`` (None for a part it leaves open), and
+    its precision ("day", "month", "year"); None when it reads no date."""
+    try:
+        data = _date_parser().get_date_data(text)
+    except Exception:  # noqa: BLE001 - a parser failure only means the regex groups are used instead
+        return None
+    if data.date_obj is None:
+        return None
+    d, parts = data.date_obj, data.parts
+    fields = (
+        d.year if "year" in parts else None,
+        d.month if "month" in parts else None,
+        d.day if "day" in parts else None,
+    )
+    return fields, data.period
+
+
+def warm_up() -> None:
+    """Import dateparser and load its English data now (0.1-0.2 s, once), not in the first call that meets a date."""
+    _date_parser().get_date_data("7 May 2023")
+
+
+def _fields_from_groups(kind: str, g: tuple[str, ...]) -> DateFields:
+    """The date parts straight from the regex groups: the fallback when dateparser reads nothing."""
+    if kind == "iso":
+        return int(g[0]), int(g[1]), int(g[2])
+    if kind in ("day_month_year", "day_month"):
+        return (int(g[2]) if len(g) > 2 else None), _month_index(g[1]), int(g[0])
+    if kind in ("month_day_year", "month_day"):
+        return (int(g[2]) if len(g) > 2 else None), _month_index(g[0]), int(g[1])
+    if kind == "month_year":
+        return int(g[1]), _month_index(g[0]), None
+    if kind == "month":
+        return None, _month_index(g[0]), None
+    return int(g[0]), None, None
+
+
+def _date_fields(kind: str, m: re.Match[str]) -> tuple[DateFields, str]:
+    """The date an absolute match names and its precision: dateparser's reading when it gives the parts
+    the pattern promises, else the regex groups'."""
+    parts, group = _ABSOLUTE[kind]
+    parsed = _parse_date(" ".join(m.group(group).lower().split()))
+    if parsed is not None:
+        fields, period = parsed
+        given = tuple(part for part, value in zip(_DATE_PARTS, fields, strict=True) if value is not None)
+        if given == parts and period == parts[-1]:
+            return fields, period
+    return _fields_from_groups(kind, m.groups()), parts[-1]
+
+
+def _absolute_span(fields: DateFields, precision: str, day: datetime) -> tuple[datetime, datetime, str]:
+    """The interval of a date as precise as ``precision``; a date without a year is the most recent one."""
+    year, month, dom = fields
+    if precision == "year":
+        start, end = _year_span(year, day)
+        return start, end, "year"
+    if precision == "month":
+        if year is None:  # "in May": this year's unless that is more than a month ahead
+            year = day.year if month <= day.month + 1 else day.year - 1
+        start, end = _month_span(year, month, day)
+        return start, end, "month"
+    start = day.replace(year=day.year if year is None else year, month=month, day=dom)
+    if year is None and start > day + timedelta(days=31):
+        start = start.replace(year=start.year - 1)  # "May 7" said in January is probably last May
+    return start, start + timedelta(days=1), "day"
+
+
 def _resolve(kind: str, m: re.Match[str], ref: datetime) -> tuple[datetime, datetime, str] | None:
     g = m.groups()
     day = _day(ref)
-    if kind == "iso":
-        start = day.replace(year=int(g[0]), month=int(g[1]), day=int(g[2]))
-        return start, start + timedelta(days=1), "day"
-    if kind in ("day_month_year", "month_day_year", "day_month", "month_day"):
-        if kind.startswith("day"):
-            dd, mm, yy = g[0], g[1], (g[2] if len(g) > 2 else None)
-        else:
-            mm, dd, yy = g[0], g[1], (g[2] if len(g) > 2 else None)
-        month = _month_index(mm)
-        year = int(yy) if yy else day.year
-        start = day.replace(year=year, month=month, day=int(dd))
-        if not yy and start > day + timedelta(days=31):
-            start = start.replace(year=year - 1)  # "May 7" said in January is probably last May
-        return start, start + timedelta(days=1), "day"
-    if kind == "month_year":
-        start, end = _month_span(int(g[1]), _month_index(g[0]), day)
-        return start, end, "month"
-    if kind == "month":
-        month = _month_index(g[0])
-        year = day.year if month <= day.month + 1 else day.year - 1
-        start, end = _month_span(year, month, day)
-        return start, end, "month"
-    if kind == "year":
-        year = int(g[0])
-        start, end = _year_span(year, day)
-        return start, end, "year"
+    if kind in _ABSOLUTE:
+        return _absolute_span(*_date_fields(kind, m), day)
     if kind in ("ago", "in_n"):
         n = _number(g[0]) * (-1 if kind == "ago" else 1)
         unit = g[1].lower().rstrip("s")
