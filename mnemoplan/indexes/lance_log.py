@@ -7,6 +7,7 @@ the scalar look-ups the temporal, fact and working-memory indexes need.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -62,6 +63,7 @@ def sql_ts(value: datetime) -> str:
     return f"CAST('{value.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}' AS TIMESTAMP)"
 
 
+@functools.cache
 def _schema(dim: int) -> pa.Schema:
     return pa.schema(
         [
@@ -184,6 +186,7 @@ class LanceLog:
         self._ann_min_rows = ann_min_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
         self._table: Any = None
+        self._dim: int | None = None
         self._lock = threading.Lock()
         names = self._db.table_names()
         if TABLE in names:
@@ -204,7 +207,9 @@ class LanceLog:
         """Vector dimension, or None before the first write."""
         if self._table is None:
             return None
-        return self._table.schema.field("vector").type.list_size
+        if self._dim is None:  # reading a LanceDB schema costs ~2 ms; the vector width never changes
+            self._dim = int(self._table.schema.field("vector").type.list_size)
+        return self._dim
 
     def _ensure_table(self, dim: int) -> Any:
         if self._table is None:

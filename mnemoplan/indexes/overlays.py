@@ -138,7 +138,10 @@ class OverlayWriter:
             self._timers.pop(user_id, None)
             if self._closing:
                 return
-        self.submit(user_id, lambda: self._flush_now(user_id))
+        try:
+            self.submit(user_id, lambda: self._flush_now(user_id))
+        except RuntimeError:  # the interpreter is exiting without close(): start-up repair replays the journal
+            log.info("pending index writes of %s left to start-up repair (exiting without close)", user_id)
 
     def _flush_now(self, user_id: str) -> None:
         with self._flush_lock:
