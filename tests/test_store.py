@@ -262,3 +262,43 @@ def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
     cache.extend("v", UserVectors())  # another user's write does not spoil this load
     cache.put("u", UserVectors(), generation)
     assert cache.get("u") is not None
+
+
+def test_a_record_read_that_raced_a_rewrite_is_not_cached(service: MemoryService) -> None:
+    from mnemoplan.indexes.lance_log import RecordCache
+
+    [rid] = say(service, "u", "s", ("Ann", "I keep bees on the roof"))
+    rec = service.store.log.get("u", [rid])[rid]
+    cache = RecordCache(10)
+    epoch = cache.epoch()  # a read starts...
+    cache.evict([rid])  # ...a rewrite of some rows lands while it reads...
+    assert not cache.put([rec], epoch)  # ...and what it read may be the old rows
+    assert cache.get_many("u", [rid]) == ({}, [rid])
+    assert cache.put([rec], cache.epoch())
+
+
+def test_a_user_read_whole_into_the_cache_still_sees_updates_and_new_records(service: MemoryService) -> None:
+    log = service.store.log
+    say(service, "u", "s", ("Ann", "I love hiking in the Alps"), ("Ben", "Which trail?"))
+    service.recall("hiking", user_id="u")  # loads the user's vectors, then reads the user whole
+    assert "u" in log.cache.loaded_users
+    fact = next(r for r in service.store.user_records("u") if r.kind == "fact")
+    assert log.get("u", [fact.id])[fact.id].superseded_by == ""
+    log.set_superseded(fact.id, "newer", datetime.now(UTC))
+    assert log.get("u", [fact.id])[fact.id].superseded_by == "newer"
+    [later] = say(service, "u", "s", ("Ann", "The Haute Route, in July"))
+    assert log.get("u", [later])[later].text == "The Haute Route, in July"
+    service.forget(scope="user", user_id="u")
+    assert log.get("u", [later]) == {} and "u" not in log.cache.loaded_users
+
+
+def test_a_log_left_in_small_fragments_is_compacted_when_it_is_opened(service: MemoryService) -> None:
+    store = service.store
+    for i in range(6):  # one append, and one small fragment, per message
+        say(service, "u", f"s{i}", ("Ann", f"note number {i} about the garden"))
+    assert store.log.small_fragments() >= 6
+    assert not store.maintain_if_fragmented(threshold=10_000)
+    assert store.maintain_if_fragmented(threshold=6)  # compacts in the background...
+    store.maintain()  # ...and this waits for it (the maintenance lock), then compacts what is left
+    assert store.log.small_fragments() < 6
+    assert not store.maintain_if_fragmented(threshold=6)

@@ -59,6 +59,7 @@ def _lock_data_dir(data_dir: Path) -> int:
 ACCESS_FLUSH = 1_000  # distinct retrieved records that make an access-count flush due...
 ACCESS_FLUSH_S = 60.0  # ...once the last one is this old
 ACCESS_FLUSH_MAX = 100_000  # or at once, to bound the memory they hold
+FRAGMENTS_TO_COMPACT = 16  # small log fragments found at start-up that call for a compaction
 
 
 class MemoryStore:
@@ -484,6 +485,15 @@ class MemoryStore:
         with self._maintenance_lock:
             self._flush_counts()
             self.log.maintain()
+
+    def maintain_if_fragmented(self, threshold: int = FRAGMENTS_TO_COMPACT) -> bool:
+        """Compact in the background when a previous run left many small fragments (a server that
+        stored messages one by one and stopped before its next compaction): every read of the log
+        slows with them (a by-id read of 60 records: 68 ms at 154 fragments, 12 ms compacted)."""
+        if self.log.small_fragments() < threshold:
+            return False
+        self._maintain_in_background()
+        return True
 
     def _maintain_in_background(self) -> None:
         """Every ``maintain_every`` appends: small appends pile up fragments, and every filtered

@@ -85,6 +85,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
     repaired = store.repair()
     if repaired:
         log.warning("repaired %d interrupted write(s)", repaired)
+    store.maintain_if_fragmented()
     registry = build_registry(store)
     warm_up_dates()  # 0.1-0.2 s here, not in the first query or message that names a date
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemoplan-step")
