@@ -265,7 +265,7 @@ def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
 
 
 def test_a_record_read_that_raced_a_rewrite_is_not_cached(service: MemoryService) -> None:
-    from mnemoplan.indexes.lance_log import RecordCache
+    from mnemoplan.indexes.record_cache import RecordCache
 
     [rid] = say(service, "u", "s", ("Ann", "I keep bees on the roof"))
     rec = service.store.log.get("u", [rid])[rid]
@@ -281,7 +281,7 @@ def test_a_user_read_whole_into_the_cache_still_sees_updates_and_new_records(ser
     log = service.store.log
     say(service, "u", "s", ("Ann", "I love hiking in the Alps"), ("Ben", "Which trail?"))
     service.recall("hiking", user_id="u")  # loads the user's vectors, then reads the user whole
-    assert "u" in log.cache.loaded_users
+    assert log.cache.holds_whole("u")
     fact = next(r for r in service.store.user_records("u") if r.kind == "fact")
     assert log.get("u", [fact.id])[fact.id].superseded_by == ""
     log.set_superseded(fact.id, "newer", datetime.now(UTC))
@@ -289,7 +289,7 @@ def test_a_user_read_whole_into_the_cache_still_sees_updates_and_new_records(ser
     [later] = say(service, "u", "s", ("Ann", "The Haute Route, in July"))
     assert log.get("u", [later])[later].text == "The Haute Route, in July"
     service.forget(scope="user", user_id="u")
-    assert log.get("u", [later]) == {} and "u" not in log.cache.loaded_users
+    assert log.get("u", [later]) == {} and not log.cache.holds_whole("u")
 
 
 def test_a_log_left_in_small_fragments_is_compacted_when_it_is_opened(service: MemoryService) -> None:

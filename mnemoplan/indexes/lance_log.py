@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mnemoplan.indexes.record_cache import WHOLE_USER_SHARE, RecordCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
 from mnemoplan.model import EntityMention, Record
 
@@ -110,81 +111,6 @@ def _row_to_record(row: dict[str, Any]) -> Record:
         if isinstance(value, datetime) and value.tzinfo is None:
             data[key] = value.replace(tzinfo=UTC)
     return Record.model_validate(data)
-
-WHOLE_USER_SHARE = 4  # a user is read whole into the record cache up to this share of it
-
-
-class RecordCache:
-    """Recently read records by id, so ranking does not pay a LanceDB round trip per query.
-
-    Records are immutable except through this module's update methods, which evict them;
-    a cache entry is therefore never stale. Every eviction starts a new epoch, and rows read
-    in an earlier one are not kept (a read that began before a rewrite would bring the old
-    rows back).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[str, Record] = OrderedDict()
-        self._lock = threading.Lock()
-        self._epoch = 0
-        self.loaded_users: set[str] = set()  # users read whole into the cache (see LanceLog.get)
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def epoch(self) -> int:
-        """Read before reading rows from the log; pass it to ``put``."""
-        with self._lock:
-            return self._epoch
-
-    def get_many(self, user_id: str, ids: list[str]) -> tuple[dict[str, Record], list[str]]:
-        """(cached records of this user, ids still to read)."""
-        found: dict[str, Record] = {}
-        missing: list[str] = []
-        with self._lock:
-            for rid in ids:
-                rec = self._items.get(rid)
-                if rec is not None and rec.user_id == user_id:
-                    self._items.move_to_end(rid)
-                    found[rid] = rec
-                else:
-                    missing.append(rid)
-        return found, missing
-
-    def put(self, records: list[Record], epoch: int | None = None) -> bool:
-        """Remember records just read (unless an eviction came since ``epoch``); True if kept."""
-        if self._capacity <= 0:
-            return False
-        with self._lock:
-            if epoch is not None and epoch != self._epoch:
-                return False
-            for rec in records:
-                self._items[rec.id] = rec
-                self._items.move_to_end(rec.id)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-                self.loaded_users.clear()  # some user is no longer whole in memory; reads fill gaps by id
-        return True
-
-    def evict(self, ids: list[str] | None = None, user_id: str | None = None) -> None:
-        """Drop some records, a user's records, or everything."""
-        with self._lock:
-            self._epoch += 1
-            if user_id is not None:
-                self.loaded_users.discard(user_id)
-            elif ids is None:
-                self.loaded_users.clear()
-            if ids is not None:
-                for rid in ids:
-                    self._items.pop(rid, None)
-            elif user_id is not None:
-                for rid in [r for r, rec in self._items.items() if rec.user_id == user_id]:
-                    del self._items[rid]
-            else:
-                self._items.clear()
-
 
 class LanceLog:
     """The record log in one LanceDB database.
@@ -483,8 +409,7 @@ class LanceLog:
             # not the rows, is the cost), and every later query is then served from memory:
             # a fresh server's first LoCoMo recalls went from 88 to 23 ms (p50).
             read = self.records(f"user_id = {sql_str(user_id)}")
-            if self.cache.put(read, epoch):
-                self.cache.loaded_users.add(user_id)
+            self.cache.put(read, epoch, whole_user=user_id)
             wanted = set(missing)
             found.update({rec.id: rec for rec in read if rec.id in wanted})
             return found
@@ -496,7 +421,7 @@ class LanceLog:
     def _load_whole(self, user_id: str) -> bool:
         """Whether to read a user's records whole into the cache: a user of known size (the vector
         cache holds them) small enough to leave room for others, and not already there."""
-        if user_id in self.cache.loaded_users:
+        if self.cache.holds_whole(user_id):
             return False
         vectors = self.vector_cache.get(user_id)
         return vectors is not None and 0 < len(vectors) <= self.cache.capacity // WHOLE_USER_SHARE
