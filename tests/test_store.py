@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from mnemoplan.errors import DataDirLocked
 from mnemoplan.indexes.ingest import NewMemory
 from mnemoplan.indexes.store import MemoryStore
-from mnemoplan.model import MessageIn, TimeRange
+from mnemoplan.model import MessageIn, Record, TimeRange
 from mnemoplan.server.service import MemoryService
 from tests.conftest import make_service
 
@@ -264,41 +265,97 @@ def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
     assert cache.get("u") is not None
 
 
-def test_a_record_read_that_raced_a_rewrite_is_not_cached(service: MemoryService) -> None:
-    from mnemoplan.indexes.record_cache import RecordCache
-
-    [rid] = say(service, "u", "s", ("Ann", "I keep bees on the roof"))
-    rec = service.store.log.get("u", [rid])[rid]
-    cache = RecordCache(10)
-    epoch = cache.epoch()  # a read starts...
-    cache.evict([rid])  # ...a rewrite of some rows lands while it reads...
-    assert not cache.put([rec], epoch)  # ...and what it read may be the old rows
-    assert cache.get_many("u", [rid]) == ({}, [rid])
-    assert cache.put([rec], cache.epoch())
-
-
-def test_a_user_read_whole_into_the_cache_still_sees_updates_and_new_records(service: MemoryService) -> None:
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-user read", "by-id read"])
+def test_a_read_that_raced_a_rewrite_does_not_leave_the_old_row_cached(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch, whole: bool
+) -> None:
     log = service.store.log
-    say(service, "u", "s", ("Ann", "I love hiking in the Alps"), ("Ben", "Which trail?"))
-    service.recall("hiking", user_id="u")  # loads the user's vectors, then reads the user whole
-    assert log.cache.holds_whole("u")
+    say(service, "u", "s", ("Ann", "I love hiking in the Alps"))
     fact = next(r for r in service.store.user_records("u") if r.kind == "fact")
-    assert log.get("u", [fact.id])[fact.id].superseded_by == ""
+    log.cache.evict()
+    if whole:
+        service.recall("hiking", user_id="u")  # the user's vectors are loaded: get() reads the user whole
+        log.cache.evict()
+    else:
+        log.vector_cache.invalidate()  # size unknown: get() reads by id
+    real = log.records
+
+    def racing(where: str, limit: int | None = None) -> list[Record]:
+        rows = real(where, limit)  # the old row is read...
+        monkeypatch.setattr(log, "records", real)
+        log.set_superseded(fact.id, "newer", datetime.now(UTC))  # ...and rewritten before it is cached
+        return rows
+
+    monkeypatch.setattr(log, "records", racing)
+    assert log.get("u", [fact.id])[fact.id].superseded_by == ""  # the caller in flight saw the old row
+    assert log.get("u", [fact.id])[fact.id].superseded_by == "newer"  # the cache did not keep it
+
+
+def test_a_user_read_whole_is_served_from_memory_and_stays_current(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = service.store.log
+    ids = say(service, "u", "s", ("Ann", "I love hiking in the Alps"), ("Ben", "Which trail?"))
+    say(service, "v", "s", ("Cy", "I love hiking too"))
+    service.recall("hiking", user_id="u")  # loads the user's vectors, then reads the user whole
+    assert log.cache.holds_whole("u") and not log.cache.holds_whole("v")
+    reads: list[str] = []
+    real = log.records
+    monkeypatch.setattr(log, "records", lambda where, limit=None: reads.append(where) or real(where, limit))
+    [later] = say(service, "u", "s", ("Ann", "The Haute Route, in July"))
+    assert log.get("u", [*ids, later])[later].text == "The Haute Route, in July"
+    assert reads == []  # both the old records and the one just written came from memory
+    fact = next(r for r in service.store.user_records("u") if r.kind == "fact")
     log.set_superseded(fact.id, "newer", datetime.now(UTC))
     assert log.get("u", [fact.id])[fact.id].superseded_by == "newer"
-    [later] = say(service, "u", "s", ("Ann", "The Haute Route, in July"))
-    assert log.get("u", [later])[later].text == "The Haute Route, in July"
     service.forget(scope="user", user_id="u")
     assert log.get("u", [later]) == {} and not log.cache.holds_whole("u")
 
 
-def test_a_log_left_in_small_fragments_is_compacted_when_it_is_opened(service: MemoryService) -> None:
-    store = service.store
-    for i in range(6):  # one append, and one small fragment, per message
-        say(service, "u", f"s{i}", ("Ann", f"note number {i} about the garden"))
-    assert store.log.small_fragments() >= 6
-    assert not store.maintain_if_fragmented(threshold=10_000)
-    assert store.maintain_if_fragmented(threshold=6)  # compacts in the background...
-    store.maintain()  # ...and this waits for it (the maintenance lock), then compacts what is left
-    assert store.log.small_fragments() < 6
-    assert not store.maintain_if_fragmented(threshold=6)
+def test_an_overflowing_cache_forgets_only_the_users_it_drops_records_of() -> None:
+    from mnemoplan.indexes.record_cache import RecordCache
+
+    def rec(user: str, i: int) -> Record:
+        now = datetime.now(UTC)
+        return Record(id=f"{user}{i}", user_id=user, kind="message", text="x", occurred_at=now,
+                      created_at=now)  # fmt: skip
+
+    cache = RecordCache(4)
+    cache.put([rec("a", 0), rec("a", 1)], whole_user="a")
+    cache.put([rec("b", 0), rec("b", 1)], whole_user="b")
+    cache.put([rec("c", 0)])  # drops a0: "a" is no longer whole, "b" still is
+    assert not cache.holds_whole("a") and cache.holds_whole("b")
+    epoch = cache.epoch()
+    cache.evict(["c0"])
+    assert not cache.put([rec("c", 0)], epoch)  # read before a rewrite: not kept
+
+
+def test_a_log_left_in_small_fragments_is_compacted_in_the_background_when_opened(tmp_path: Path) -> None:
+    import time
+
+    from mnemoplan.indexes.store import FRAGMENTS_TO_COMPACT
+
+    svc = make_service(tmp_path / "data")
+    for i in range(FRAGMENTS_TO_COMPACT + 1):  # one append, and at least one small fragment, per call
+        say(svc, "u", f"s{i}", ("Ann", f"note number {i} about the garden"))
+    assert svc.store.log.small_fragments() >= FRAGMENTS_TO_COMPACT
+    svc.close()
+    svc = make_service(tmp_path / "data")
+    try:
+        deadline = time.monotonic() + 60
+        while svc.store.log.small_fragments() >= FRAGMENTS_TO_COMPACT and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert svc.store.log.small_fragments() < FRAGMENTS_TO_COMPACT
+        assert len(svc.recall("garden", user_id="u").items) > 0
+    finally:
+        svc.close()
+
+
+def test_a_job_refused_by_a_shut_down_writer_does_not_block_later_flushes(service: MemoryService) -> None:
+    overlays = service.store.overlays
+    overlays._executor.shutdown(wait=True)  # what close() or the interpreter's exit leaves behind
+    with pytest.raises(RuntimeError):
+        overlays.submit("u", lambda: None)
+    done = threading.Event()
+    threading.Thread(target=lambda: (overlays.flush("u"), done.set()), daemon=True).start()
+    assert done.wait(5), "flush waited for a job that can never run"

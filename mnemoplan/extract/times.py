@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import calendar
 import functools
+import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+log = logging.getLogger(__name__)
 Relation = Literal["within", "before", "after"]
 
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
@@ -149,24 +151,30 @@ def _unit_span(anchor: datetime, unit: str) -> tuple[datetime, datetime, str]:
 
 @functools.cache
 def _date_parser() -> Any:
-    """dateparser's parser, built on first use: importing dateparser costs ~60 ms that most callers never need."""
-    from dateparser.date import DateDataParser
+    """dateparser's parser, built on first use (importing dateparser costs ~60 ms most callers never need).
+    None when it cannot be built (an installed dateparser older than pyproject allows): the regex groups
+    are read instead, and the failure is logged once rather than met on every new date string."""
+    try:
+        from dateparser.date import DateDataParser
 
-    return DateDataParser(
-        languages=["en"],
-        settings={
-            "PARSERS": ["absolute-time"],  # relative expressions never get here
-            # A fixed base (a leap year, for "Feb 29"): the answer depends on the text alone, so it is
-            # cached by the text; the year of a yearless date is chosen afterwards by _absolute_span.
-            "RELATIVE_BASE": datetime(2000, 1, 1),
-            "PREFER_DAY_OF_MONTH": "first",  # "May 2023" starts on 1 May
-            "PREFER_MONTH_OF_YEAR": "first",  # "2016" starts in January
-            "DATE_ORDER": "DMY",
-            "STRICT_DATE_ORDER": "all",  # "2023-13-01" is no date, not 13 January
-            "TIMEZONE": "UTC",
-            "RETURN_AS_TIMEZONE_AWARE": False,
-        },
-    )
+        return DateDataParser(
+            languages=["en"],
+            settings={
+                "PARSERS": ["absolute-time"],  # relative expressions never get here
+                # A fixed base (a leap year, for "Feb 29"): the answer depends on the text alone, so it is
+                # cached by the text; the year of a yearless date is chosen afterwards by _absolute_span.
+                "RELATIVE_BASE": datetime(2000, 1, 1),
+                "PREFER_DAY_OF_MONTH": "first",  # "May 2023" starts on 1 May
+                "PREFER_MONTH_OF_YEAR": "first",  # "2016" starts in January
+                "DATE_ORDER": "DMY",
+                "STRICT_DATE_ORDER": "all",  # "2023-13-01" is no date, not 13 January
+                "TIMEZONE": "UTC",
+                "RETURN_AS_TIMEZONE_AWARE": False,
+            },
+        )
+    except Exception:  # noqa: BLE001 - dates are still read, by the regex groups
+        log.warning("dateparser is unavailable; absolute dates are read by regex rules alone", exc_info=True)
+        return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -174,10 +182,11 @@ def _parse_date(text: str) -> tuple[DateFields, str] | None:
     """The year, month and day that dateparser reads in ``text`` (None for a part it leaves open), and
     its precision ("day", "month", "year"); None when it reads no date."""
     try:
-        data = _date_parser().get_date_data(text)
+        parser = _date_parser()
+        data = parser.get_date_data(text) if parser is not None else None
     except Exception:  # noqa: BLE001 - a parser failure only means the regex groups are used instead
         return None
-    if data.date_obj is None:
+    if data is None or data.date_obj is None:
         return None
     d, parts = data.date_obj, data.parts
     fields = (
@@ -190,7 +199,7 @@ def _parse_date(text: str) -> tuple[DateFields, str] | None:
 
 def warm_up() -> None:
     """Import dateparser and load its English data now (0.1-0.2 s, once), not in the first call that meets a date."""
-    _date_parser().get_date_data("7 May 2023")
+    _parse_date("7 May 2023")
 
 
 def _fields_from_groups(kind: str, g: tuple[str, ...]) -> DateFields:

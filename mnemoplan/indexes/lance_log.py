@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -25,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mnemoplan.indexes.record_cache import WHOLE_USER_SHARE, RecordCache
+from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
 from mnemoplan.model import EntityMention, Record
 
@@ -207,7 +206,10 @@ class LanceLog:
         flat_v = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_e, dim))
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_v, dim))
-        table.add(pa.Table.from_arrays(arrays, schema=_schema(dim)))
+        written = pa.Table.from_arrays(arrays, schema=_schema(dim))
+        table.add(written)
+        if any(self.cache.holds_whole(r.user_id) for r in records):  # read back as a read would give them
+            self.cache.put_new([_row_to_record(row) for row in written.select(META_COLUMNS).to_pylist()])
         for user_id in {r.user_id for r in records}:
             rows = [i for i, r in enumerate(records) if r.user_id == user_id]
             more = UserVectors.build(
@@ -424,7 +426,8 @@ class LanceLog:
         if self.cache.holds_whole(user_id):
             return False
         vectors = self.vector_cache.get(user_id)
-        return vectors is not None and 0 < len(vectors) <= self.cache.capacity // WHOLE_USER_SHARE
+        limit = min(WHOLE_USER_MAX, self.cache.capacity // WHOLE_USER_SHARE)
+        return vectors is not None and 0 < len(vectors) <= limit
 
     def vectors(self, user_id: str, ids: list[str], column: str = "embedding") -> dict[str, np.ndarray]:
         """Stored vectors of some records."""

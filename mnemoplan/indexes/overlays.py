@@ -84,7 +84,15 @@ class OverlayWriter:
                         del self._queued[user_id]
                     self._cond.notify_all()
 
-        self._executor.submit(run)
+        try:
+            self._executor.submit(run)
+        except RuntimeError:  # the executor is shut down: the job will never run, so it is not queued
+            with self._cond:
+                self._queued[user_id] -= 1
+                if not self._queued[user_id]:
+                    del self._queued[user_id]
+                self._cond.notify_all()
+            raise
 
     def _wait_queue(self, user_id: str | None) -> None:
         with self._cond:
@@ -140,8 +148,8 @@ class OverlayWriter:
                 return
         try:
             self.submit(user_id, lambda: self._flush_now(user_id))
-        except RuntimeError:  # the interpreter is exiting without close(): start-up repair replays the journal
-            log.info("pending index writes of %s left to start-up repair (exiting without close)", user_id)
+        except RuntimeError:  # shut down (closed, or the interpreter exiting): repair replays the journal
+            log.info("pending index writes of %s left to start-up repair (writer already shut down)", user_id)
 
     def _flush_now(self, user_id: str) -> None:
         with self._flush_lock:

@@ -7,7 +7,10 @@ from collections import OrderedDict
 
 from mnemoplan.model import Record
 
-WHOLE_USER_SHARE = 4  # a user is read whole into the record cache up to this share of it
+# A user is read whole into the record cache up to this many records and this share of the cache:
+# ~15 ms for a LoCoMo user of 700 records, but 87 ms at 5,000 (against ~11 ms for a by-id read).
+WHOLE_USER_MAX = 2_000
+WHOLE_USER_SHARE = 4
 
 
 class RecordCache:
@@ -54,6 +57,13 @@ class RecordCache:
         with self._lock:
             return user_id in self._whole
 
+    def put_new(self, records: list[Record]) -> None:
+        """Records just written, kept for the users held whole (so they stay whole)."""
+        with self._lock:
+            kept = [rec for rec in records if rec.user_id in self._whole]
+        if kept:
+            self.put(kept)
+
     def put(self, records: list[Record], epoch: int | None = None, *, whole_user: str | None = None) -> bool:
         """Remember records just read (unless an eviction came since ``epoch``); True if kept.
         ``whole_user``: the records are all of that user's."""
@@ -66,8 +76,8 @@ class RecordCache:
                 self._items[rec.id] = rec
                 self._items.move_to_end(rec.id)
             while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-                self._whole.clear()  # some user is no longer whole in memory; reads fill gaps by id
+                _, dropped = self._items.popitem(last=False)
+                self._whole.discard(dropped.user_id)  # no longer whole in memory; reads fill gaps by id
             # The newest entries are never the ones dropped: all of them stay if they fit at all.
             if whole_user is not None and len(records) <= self._capacity:
                 self._whole.add(whole_user)

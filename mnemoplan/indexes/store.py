@@ -105,6 +105,7 @@ class MemoryStore:
         self._writes_since_compact = 0
         self.maintain_every = maintain_every
         self._maintenance_lock = threading.Lock()
+        self._closed = False
         self._mention_counts: dict[str, int] = {}
         self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
         # Guards both pending-count dicts. A leaf lock: nothing else is taken while it is held
@@ -504,6 +505,8 @@ class MemoryStore:
 
         def run() -> None:
             with self._maintenance_lock:
+                if self._closed:  # close() came first: the stores and the data-directory lock are gone
+                    return
                 try:
                     self._flush_counts()
                     self.log.maintain()
@@ -516,6 +519,7 @@ class MemoryStore:
         """Flush and release every store and the data-directory lock."""
         self.overlays.close()
         with self._maintenance_lock:
+            self._closed = True
             try:
                 self._flush_counts()
             except Exception:  # counts are bookkeeping: closing the stores matters more
