@@ -359,3 +359,18 @@ def test_a_job_refused_by_a_shut_down_writer_does_not_block_later_flushes(servic
     done = threading.Event()
     threading.Thread(target=lambda: (overlays.flush("u"), done.set()), daemon=True).start()
     assert done.wait(5), "flush waited for a job that can never run"
+
+
+def test_access_and_mention_counts_land_in_one_merge_whatever_their_spread(service: MemoryService) -> None:
+    log = service.store.log
+    ids = say(service, "u", "s", *[("Ann", f"turn number {i} of the story") for i in range(5)])
+    version = log._table.version
+    log.add_accesses({rid: i + 1 for i, rid in enumerate(ids)} | {"gone": 3}, datetime.now(UTC))
+    log.add_accesses({ids[0]: 10}, datetime.now(UTC))
+    log.set_mention_counts({ids[1]: 4, ids[2]: 9, "gone": 2})
+    assert log._table.version == version + 3  # one commit per flush, not one per distinct count
+    got = log.get("u", ids)
+    assert [got[rid].access_count for rid in ids] == [11, 2, 3, 4, 5]
+    assert [got[rid].mention_count for rid in ids[1:3]] == [4, 9]
+    assert all(got[rid].last_accessed_at is not None for rid in ids)
+    assert log.count("id = 'gone'") == 0  # an id no longer in the log is not inserted

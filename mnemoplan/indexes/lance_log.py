@@ -253,21 +253,14 @@ class LanceLog:
                 self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
 
     def set_mention_counts(self, counts: dict[str, int]) -> None:
-        """Set mention counts (facts said again), in one update per distinct count."""
+        """Set mention counts (facts said again)."""
         with self._changing(list(counts)):
-            if self._table is None:
+            if self._table is None or not counts:
                 return
-            by_count: dict[int, list[str]] = {}
-            for rid, count in counts.items():
-                by_count.setdefault(count, []).append(rid)
-            for count, ids in by_count.items():
-                self._table.update(where=sql_in("id", ids), values={"mention_count": count})
+            self._set_columns({"id": list(counts), "mention_count": list(counts.values())})
 
     def add_accesses(self, counts: dict[str, int], when: datetime) -> None:
-        """Add ``counts[id]`` retrievals to each record and stamp ``when`` as its last access.
-
-        One read of the current counts, then one update per distinct new count.
-        """
+        """Add ``counts[id]`` retrievals to each record and stamp ``when`` as its last access."""
         with self._changing(list(counts)):
             if self._table is None or not counts:
                 return
@@ -276,11 +269,17 @@ class LanceLog:
                        for start in range(0, len(ids), 500)
                        for rows in self.scan(sql_in("id", ids[start : start + 500]), ["id", "access_count"])
                        for row in rows}  # fmt: skip
-            by_count: dict[int, list[str]] = {}
-            for rid, old in current.items():
-                by_count.setdefault(old + counts[rid], []).append(rid)
-            for count, ids in by_count.items():
-                self._table.update(where=sql_in("id", ids), values={"access_count": count, "last_accessed_at": when})
+            found = list(current)
+            self._set_columns({"id": found, "access_count": [current[rid] + counts[rid] for rid in found],
+                               "last_accessed_at": [when] * len(found)})  # fmt: skip
+
+    def _set_columns(self, columns: dict[str, list[Any]]) -> None:
+        """Set some columns of the rows with these ids, in one merge: an update per distinct value
+        rewrote the table once per value (715 distinct access counts on a well-used LoCoMo store:
+        a flush that ran for minutes, against ~0.2 s merged). Ids no longer in the log are skipped."""
+        schema = _schema(self.dim or 1)
+        source = pa.table({name: pa.array(values, type=schema.field(name).type) for name, values in columns.items()})
+        self._table.merge_insert("id").when_matched_update_all().execute(source)
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id; returns how many existed."""
