@@ -78,21 +78,21 @@ class OverlayWriter:
                 log.exception("an overlay write failed; it will be repaired")
                 self.failures.append(f"an index write failed ({type(exc).__name__}); it is repaired on restart")
             finally:
-                with self._cond:
-                    self._queued[user_id] -= 1
-                    if not self._queued[user_id]:
-                        del self._queued[user_id]
-                    self._cond.notify_all()
+                self._unqueue(user_id)
 
         try:
             self._executor.submit(run)
         except RuntimeError:  # the executor is shut down: the job will never run, so it is not queued
-            with self._cond:
-                self._queued[user_id] -= 1
-                if not self._queued[user_id]:
-                    del self._queued[user_id]
-                self._cond.notify_all()
+            self._unqueue(user_id)
             raise
+
+    def _unqueue(self, user_id: str) -> None:
+        """One job of the user is done (or will never run): wake whoever waits for the queue."""
+        with self._cond:
+            self._queued[user_id] -= 1
+            if not self._queued[user_id]:
+                del self._queued[user_id]
+            self._cond.notify_all()
 
     def _wait_queue(self, user_id: str | None) -> None:
         with self._cond:
