@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mnemoplan.indexes.base import TOP_K_MAX
 from mnemoplan.model import MessageIn, PlanStep, QueryPlan
 from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.server.service import MemoryService
@@ -233,3 +234,17 @@ def test_a_cached_template_drops_steps_that_depended_on_the_expansion(service: M
     assert cached is not None and [s.step_id for s in cached.steps] == ["bm25", "walk"]
     assert cached.steps[1].depends_on == ["bm25"]
     assert service.recall_pipeline.registry.validate(cached)
+
+
+def test_widening_stops_at_the_largest_list_an_index_serves(service: MemoryService) -> None:
+    # A widened plan that worked is cached by query shape; the next query of that shape starts
+    # from it and may widen again: without a bound the lists doubled until Tantivy aborted.
+    seed(service)
+    question = "Which orchestra instrument does Ann rehearse on Thursdays?"  # judged insufficient: widens
+    analysis = service.recall_pipeline.analyzer.analyze(question, "u")
+    for _ in range(12):
+        result = service.deep_search(question, user_id="u")
+        assert all(int(s.params.get("top_k", 0)) <= TOP_K_MAX for p in result.plans for s in p.steps)
+        service.deep._remember_plan(analysis, result.plans[-1])  # as if the last round had been judged enough
+    cached = service.deep.cache.get(analysis)
+    assert cached is not None and max(int(s.params.get("top_k", 0)) for s in cached.steps) == TOP_K_MAX

@@ -29,6 +29,17 @@ def test_unknown_parameter_and_bad_type(service: MemoryService) -> None:
     assert "integer" in err.value.message
 
 
+@pytest.mark.parametrize("top_k", [0, -3, 10**12])
+def test_numbers_out_of_range_are_refused_with_the_range(service: MemoryService, top_k: int) -> None:
+    with pytest.raises(InvalidPlan) as err:  # a huge top_k once made Tantivy reserve 26 GB and abort
+        service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"top_k": top_k})))
+    assert "between 1 and 1000" in err.value.message
+    with pytest.raises(InvalidPlan, match="between 0 and 1"):
+        service.registry.validate(plan(PlanStep(step_id="a", index="working_memory", params={"query_weight": 2})))
+    with pytest.raises(InvalidPlan, match="must be of type number"):
+        service.registry.validate(plan(PlanStep(step_id="a", index="semantic", params={"min_similarity": float("nan")})))
+
+
 def test_dependency_cycles_and_unknown_dependencies(service: MemoryService) -> None:
     with pytest.raises(InvalidPlan, match="cycle"):
         service.registry.validate(plan(

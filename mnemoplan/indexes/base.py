@@ -11,7 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from mnemoplan.model import IndexDescriptor, QueryAnalysis
+from mnemoplan.model import IndexDescriptor, ParamSpec, QueryAnalysis
+
+# The most records one step may ask for: a larger list costs its index memory and time
+# (Tantivy reserves room for the whole list up front) and no ranking looks that deep.
+TOP_K_MAX = 1000
+
+
+def top_k_param(default: int, description: str = "How many records to return.") -> ParamSpec:
+    """The ``top_k`` parameter every index takes, bounded to 1..TOP_K_MAX."""
+    return ParamSpec(name="top_k", type="integer", default=default, description=description,
+                     minimum=1, maximum=TOP_K_MAX)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mnemoplan.extract.names import entity_key
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import TOP_K_MAX, Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.catalog import EntityCatalog
 from mnemoplan.indexes.documents import KeyHasher
 from mnemoplan.indexes.graph import GraphIndex
@@ -24,10 +24,10 @@ ROLE_WEIGHT = {"subject": 1.0, "object": 0.9, "mention": 0.8, "speaker": 0.6}
 
 WALK_PARAMS = [
     ParamSpec(name="roles", type="string_list", description="Only links of these roles (speaker, mention, ...)."),
-    ParamSpec(name="decay", type="number", default=0.5, description="Score factor per extra hop."),
-    ParamSpec(name="max_per_entity", type="integer", default=30,
+    ParamSpec(name="decay", type="number", default=0.5, minimum=0, maximum=1, description="Score factor per extra hop."),
+    ParamSpec(name="max_per_entity", type="integer", default=30, minimum=1, maximum=TOP_K_MAX,
               description="Records taken per linked entity beyond the first hop."),  # fmt: skip
-    ParamSpec(name="top_k", type="integer", default=200, description="How many records to return."),
+    top_k_param(200),
 ]
 
 
@@ -143,7 +143,8 @@ class EntityGraphIndex(_GraphIndexBase):
             ParamSpec(name="entity_type", type="string",
                       description="Every known entity of this type (person, pet, place, organization): for "
                       "'who are my friends', 'list the places I visited'."),  # fmt: skip
-            ParamSpec(name="hops", type="integer", default=2, description="1: the entities' own records; 2: one more."),
+            ParamSpec(name="hops", type="integer", default=2, minimum=1, maximum=2,
+                      description="1: the entities' own records; 2: one more."),
             *WALK_PARAMS,
         ],
         returns="Records scored by link role, entity specificity and hop; detail is the path.",
@@ -173,8 +174,9 @@ class GraphTraversalIndex(_GraphIndexBase):
                   "connecting facts said in different sessions"],  # fmt: skip
         query_params=[
             ParamSpec(name="seeds", type="string_list", description="Entity names or keys to start from."),
-            ParamSpec(name="hops", type="integer", default=2, description="How far to walk (1-3)."),
-            ParamSpec(name="max_seeds", type="integer", default=8, description="Entities taken from upstream records."),
+            ParamSpec(name="hops", type="integer", default=2, minimum=1, maximum=3, description="How far to walk (1-3)."),
+            ParamSpec(name="max_seeds", type="integer", default=8, minimum=1, maximum=100,
+                      description="Entities taken from upstream records."),
             *WALK_PARAMS,
         ],
         returns="Records with the path that reached them (e.g. 'Melanie -> Max (mention)').",

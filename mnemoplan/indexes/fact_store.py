@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mnemoplan.extract.names import entity_key
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -24,7 +24,7 @@ class FactStoreIndex(SearchIndex):
             ParamSpec(name="subject", type="string", description="Only facts about this entity (name or key)."),
             ParamSpec(name="include_superseded", type="boolean", default=False,
                       description="Also facts a newer fact replaced (history)."),  # fmt: skip
-            ParamSpec(name="top_k", type="integer", default=30, description="How many facts to return."),
+            top_k_param(30, "How many facts to return."),
         ],
         returns="Fact records scored by similarity x confidence; detail shows subject | predicate | object.",
         examples=[{"query": "where does she live now", "params": {"subject": "Caroline"}}],

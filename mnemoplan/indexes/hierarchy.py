@@ -29,10 +29,10 @@ class HierarchicalIndex(SearchIndex):
                   "multi-part and list questions"],  # fmt: skip
         query_params=[
             ParamSpec(name="query", type="string", description="What to match; defaults to the plan's query."),
-            ParamSpec(name="top_sessions", type="integer", default=4, description="Sessions kept at level one."),
-            ParamSpec(name="chunk_size", type="integer", default=6, description="Turns per chunk."),
-            ParamSpec(name="top_chunks", type="integer", default=2, description="Chunks kept per session."),
-            ParamSpec(name="per_chunk", type="integer", default=3, description="Turns returned per chunk."),
+            ParamSpec(name="top_sessions", type="integer", default=4, minimum=1, maximum=100, description="Sessions kept at level one."),
+            ParamSpec(name="chunk_size", type="integer", default=6, minimum=1, maximum=100, description="Turns per chunk."),
+            ParamSpec(name="top_chunks", type="integer", default=2, minimum=1, maximum=100, description="Chunks kept per session."),
+            ParamSpec(name="per_chunk", type="integer", default=3, minimum=1, maximum=100, description="Turns returned per chunk."),
         ],
         returns="Turns scored by session x chunk x turn relevance; detail names the session and the chunk.",
         examples=[{"query": "what hobbies has she picked up", "params": {"top_sessions": 5}}],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -18,7 +18,7 @@ class BM25SearchIndex(SearchIndex):
         best_for=["names, rare words, exact terms", "questions that reuse the memory's own words"],
         query_params=[
             ParamSpec(name="query", type="string", description="Words to match; defaults to the plan's query."),
-            ParamSpec(name="top_k", type="integer", default=50, description="How many records to return."),
+            top_k_param(50),
             ParamSpec(name="kinds", type="string_list", description="Only these kinds."),
             ParamSpec(name="session_id", type="string", description="Only this session."),
         ],

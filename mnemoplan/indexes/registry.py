@@ -6,12 +6,19 @@ and the server only ever see the registry and its descriptors.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
 from mnemoplan.errors import InvalidPlan
 from mnemoplan.indexes.base import SearchIndex
 from mnemoplan.model import IndexDescriptor, ParamSpec, PlanStep, QueryPlan, as_utc
+
+
+def _num(bound: float) -> str:
+    if not math.isfinite(bound):
+        return "any"
+    return str(int(bound)) if bound == int(bound) else str(bound)
 
 
 def _coerce(spec: ParamSpec, value: Any, where: str) -> Any:
@@ -27,14 +34,19 @@ def _coerce(spec: ParamSpec, value: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise fail()
         return value
-    if spec.type == "integer":
-        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+    if spec.type in ("integer", "number"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             raise fail()
-        return int(value)
-    if spec.type == "number":
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if spec.type == "integer" and int(value) != value:
             raise fail()
-        return float(value)
+        low = -math.inf if spec.minimum is None else spec.minimum
+        high = math.inf if spec.maximum is None else spec.maximum
+        if not low <= value <= high:
+            raise InvalidPlan(
+                f"{where}: parameter {spec.name!r} must be between {_num(low)} and {_num(high)}, got {value!r:.60}.",
+                hint=f"{spec.name}: {spec.description}",
+            )
+        return int(value) if spec.type == "integer" else float(value)
     if spec.type == "boolean":
         if not isinstance(value, bool):
             raise fail()

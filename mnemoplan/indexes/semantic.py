@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 QUERY_PARAMS = [
     ParamSpec(name="query", type="string", description="Text to embed; defaults to the plan's query."),
-    ParamSpec(name="top_k", type="integer", default=50, description="How many records to return."),
+    top_k_param(50),
     ParamSpec(
-        name="min_similarity", type="number", default=0.15, description="Cosine floor; weaker matches are dropped."
+        name="min_similarity", type="number", default=0.15, minimum=-1, maximum=1,
+        description="Cosine floor; weaker matches are dropped.",
     ),
     ParamSpec(name="kinds", type="string_list", description="Only these kinds (message, fact, procedure, episode)."),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str, sql_ts
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -30,7 +30,7 @@ class TemporalIndex(SearchIndex):
             ParamSpec(name="anchor_relation", type="string",
                       description="'before' or 'after': with depends_on, the window ends (starts) at the time of "
                       "the best record the earlier step found (an anchor event such as 'the wedding')."),  # fmt: skip
-            ParamSpec(name="top_k", type="integer", default=200, description="How many records to return."),
+            top_k_param(200),
         ],
         returns="Records in the window; events inside it score 1.0, records merely said in it 0.6.",
         examples=[{"query": "what did I do last week", "params": {}}],

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -21,10 +21,10 @@ class WorkingMemoryIndex(SearchIndex):
         stores="Nothing of its own: the write order of the log.",
         best_for=["follow-ups ('and how much was it?')", "what we were just talking about", "recent context"],
         query_params=[
-            ParamSpec(name="top_k", type="integer", default=20, description="How many recent records."),
-            ParamSpec(name="half_life", type="integer", default=10, description="Records back at which attention halves."),
+            top_k_param(20, "How many recent records."),
+            ParamSpec(name="half_life", type="integer", default=10, minimum=1, maximum=100_000, description="Records back at which attention halves."),
             ParamSpec(name="session_id", type="string", description="Only this session."),
-            ParamSpec(name="query_weight", type="number", default=0.5,
+            ParamSpec(name="query_weight", type="number", default=0.5, minimum=0, maximum=1,
                       description="How much similarity to the query counts next to recency (0: pure recency)."),  # fmt: skip
         ],
         returns="Recent records scored by attention (1.0 for the latest).",

@@ -98,6 +98,8 @@ class ParamSpec(BaseModel):
     required: bool = False
     description: str = ""
     default: Any = None
+    minimum: float | None = Field(None, description="Smallest value allowed (numbers).")
+    maximum: float | None = Field(None, description="Largest value allowed (numbers).")
 
 
 class IndexDescriptor(BaseModel):
