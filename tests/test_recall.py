@@ -129,3 +129,30 @@ def test_use_counts_in_ranking_only_when_weighted() -> None:
     assert order(RankingConfig()) == ["never", "often"]  # ties go to the later turn
     ranked = order(RankingConfig(use_weight=0.1))
     assert ranked == ["often", "never"]
+
+
+def test_ranking_from_memory_returns_what_ranking_the_records_does(service: MemoryService) -> None:
+    # Recall ranks on what the log holds in memory of a user and reads only the records it
+    # returns; reading every candidate must give the same items, scores and order.
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    say(service, "s1", when, ("Ola", "I live in Lyon"), ("Kim", "Lyon has great food"), ("Ola", "The market!"))
+    say(service, "s2", datetime(2024, 2, 1, tzinfo=UTC), ("Ola", "I moved to Porto"), ("Kim", "Do you miss Lyon?"))
+    service.recall("Lyon", user_id="u")  # the user is now held in memory: later changes must reach it
+    say(service, "s3", datetime(2024, 3, 1, tzinfo=UTC), ("Ola", "I live in Porto now"), ("Kim", "By the sea?"))
+    queries = [("Where does Ola live?", None), ("What did Kim say about food?", None),
+               ("What happened in February 2024?", None), ("Where does Ola live?", RecallOptions(kinds=["fact"]))]  # fmt: skip
+    log = service.store.log
+
+    def run() -> list[list[tuple[str, float, bool]]]:
+        return [[(i.id, i.score, i.current) for i in service.recall(q, user_id="u", options=o).items]
+                for q, o in queries]  # fmt: skip
+
+    from_memory = run()
+    assert log.heads("u", [from_memory[0][0][0]])  # the first path really ran
+    real = log.heads
+    log.heads = lambda user_id, ids: None  # type: ignore[method-assign]
+    try:
+        assert run() == from_memory
+    finally:
+        log.heads = real  # type: ignore[method-assign]
+    assert any(not current for items in from_memory for _, _, current in items)  # a superseded fact ranked

@@ -198,7 +198,9 @@ def test_vector_snapshots_stay_as_they_were_while_appends_grow_the_buffer() -> N
         when = datetime(2024, 1, 1, tzinfo=UTC)
         ids = [f"r{i}" for i in range(start, start + n)]
         matrix = np.eye(8, dtype=np.float32)[[i % 8 for i in range(start, start + n)]]
-        return UserVectors.build(ids, matrix, ["message"] * n, [""] * n, [when] * n, ["s"] * n, list(range(n)))
+        columns = {"kind": ["message"] * n, "occurred_at": [when] * n, "session_id": ["s"] * n,
+                   "seq": list(range(start, start + n)), "prev_id": [f"r{i - 1}" for i in range(start, start + n)]}
+        return UserVectors.build(ids, matrix, columns)
 
     first = rows(0, 3)
     snapshots = [first]
@@ -211,6 +213,16 @@ def test_vector_snapshots_stay_as_they_were_while_appends_grow_the_buffer() -> N
             assert snap.matrix[i].argmax() == int(rid[1:]) % 8
     found = snapshots[-1].search(np.eye(8, dtype=np.float32)[3], 2)
     assert len(found) == 2 and all(int(rid[1:]) % 8 == 3 and sim == 1.0 for rid, sim in found)
+    # Each snapshot finds its own rows by id, and only those (the id map is shared by the buffer).
+    newest, older = snapshots[-1], snapshots[5]
+    assert set(newest.heads(["r0", "r150", "r1000"])) == {"r0", "r150"}
+    assert set(older.heads(["r0", "r150", "r1000"])) == {"r0"} and set(stale.heads(["r150", "r1000"])) == {"r1000"}
+    head = newest.heads(["r150"])["r150"]
+    assert (head.seq, head.prev_id, head.session_id, head.occurred_at) == (150, "r149", "s", datetime(2024, 1, 1, tzinfo=UTC))
+    assert head.importance == 0.5 and head.superseded_by == ""
+    patched = newest.with_superseded("r150", "r151")
+    assert patched is not None and patched.heads(["r150"])["r150"].superseded_by == "r151"
+    assert newest.heads(["r150"])["r150"].superseded_by == "" and older.with_superseded("r150", "x") is None
 
 
 @pytest.mark.parametrize("unwind_max", [0, 10**9], ids=["one-statement-per-edge", "batched"])

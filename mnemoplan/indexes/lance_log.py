@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
-from mnemoplan.model import EntityMention, Record
+from mnemoplan.model import EntityMention, Record, RecordHead
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ META_COLUMNS = [
     "importance", "entities", "event_start", "event_end", "valid_from", "valid_to",
     "superseded_by", "mention_count", "access_count", "last_accessed_at",
 ]  # fmt: skip
+# What the in-memory copy of a user holds beside ids and vectors: search filters and ranking read them.
+HEAD_COLUMNS = ["kind", "project_id", "occurred_at", "session_id", "seq", "prev_id", "importance", "superseded_by"]
 # Columns added after the first release: a log written before them gains them, empty, on open.
 _LATER_COLUMNS = ("access_count", "last_accessed_at")
 _TS = pa.timestamp("us", tz="UTC")
@@ -212,11 +214,10 @@ class LanceLog:
             self.cache.put_new([_row_to_record(row) for row in written.select(META_COLUMNS).to_pylist()])
         for user_id in {r.user_id for r in records}:
             rows = [i for i, r in enumerate(records) if r.user_id == user_id]
+            mine = [records[i] for i in rows]
             more = UserVectors.build(
-                [records[i].id for i in rows], vectors[rows], [records[i].kind for i in rows],
-                [records[i].project_id for i in rows], [records[i].occurred_at for i in rows],
-                [records[i].session_id for i in rows], [records[i].seq for i in rows],
-            )  # fmt: skip
+                [r.id for r in mine], vectors[rows], {name: [getattr(r, name) for r in mine] for name in HEAD_COLUMNS}
+            )
             self.vector_cache.extend(user_id, more)
 
     @contextmanager
@@ -251,6 +252,7 @@ class LanceLog:
         with self._changing([rid]):
             if self._table is not None:
                 self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
+                self.vector_cache.mark_superseded(rid, by_id)
 
     def set_mention_counts(self, counts: dict[str, int]) -> None:
         """Set mention counts (facts said again)."""
@@ -444,18 +446,21 @@ class LanceLog:
         where = f"user_id = {sql_str(user_id)}"
         if self._table.count_rows(where) > self.vector_cache.max_user_rows:
             return None
-        columns = ["id", "kind", "project_id", "occurred_at", "session_id", "seq", "vector"]
-        table = self._table.search().where(where).select(columns)
+        table = self._table.search().where(where).select(["id", *HEAD_COLUMNS, "vector"])
         data = table.limit(None).to_arrow()
         flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         entry = UserVectors.build(
             data.column("id").to_pylist(), flat.reshape(data.num_rows, -1) if data.num_rows else flat,
-            data.column("kind").to_pylist(), data.column("project_id").to_pylist(),
-            data.column("occurred_at").to_pylist(), data.column("session_id").to_pylist(),
-            data.column("seq").to_pylist(),
-        )  # fmt: skip
+            {name: data.column(name).to_pylist() for name in HEAD_COLUMNS},
+        )
         self.vector_cache.put(user_id, entry, generation)
         return entry
+
+    def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
+        """What ranking reads of some records, from memory; None if the user is not held there
+        (then read the records). Unknown ids are absent."""
+        entry = self.vector_cache.get(user_id)
+        return None if entry is None else entry.heads(ids)
 
     def user_view(self, user_id: str) -> UserVectors | None:
         """A user's rows in memory (ids, vectors, kinds, sessions, order), if small enough to hold."""

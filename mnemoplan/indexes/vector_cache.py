@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import get_args
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, get_args
 
 import numpy as np
 
-from mnemoplan.model import Kind
+from mnemoplan.model import Kind, RecordHead, as_utc
 
 
 KIND_CODES = {kind: code for code, kind in enumerate(get_args(Kind))}  # small ints: isin on strings is slow
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(when: datetime) -> int:
+    """Microseconds since the epoch, exactly (``timestamp() * 1e6`` can be a microsecond off)."""
+    return (as_utc(when) - _EPOCH) // _MICROSECOND
 
 
 def kind_codes(kinds: list[str]) -> list[int]:
@@ -32,11 +39,14 @@ class _Buffer:
 
     A snapshot sees rows ``[:n]``; an append writes past every snapshot's end, so none of
     them changes. Only the snapshot holding all the rows written may append in place.
+    ``rows`` maps ids to row numbers for every snapshot sharing the buffer (a snapshot
+    checks that a row is its own: ``row < n`` and the id there is the one asked for).
     """
 
-    def __init__(self, matrix: np.ndarray) -> None:
+    def __init__(self, matrix: np.ndarray, rows: dict[str, int]) -> None:
         self.data = matrix
         self.used = len(matrix)
+        self.rows = rows
 
     def append(self, n: int, more: np.ndarray) -> np.ndarray | None:
         """Rows ``[:n + len(more)]`` with ``more`` written after row ``n``; None if ``n`` is stale."""
@@ -54,33 +64,48 @@ class _Buffer:
 
 @dataclass(frozen=True)
 class UserVectors:
-    """One user's rows: ids, unit vectors and the columns filters need. Never changed in place:
-    a search holds a consistent snapshot while an append builds the next one."""
+    """One user's rows: ids, unit vectors, the columns filters need and what ranking reads
+    (``head``). Never changed in place: a search holds a consistent snapshot while an append
+    or a patch builds the next one."""
 
     ids: list[str] = field(default_factory=list)
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))  # KIND_CODES
     projects: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
-    occurred: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    occurred: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # micros()
     sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     seqs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    prev_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    importance: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    superseded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     @classmethod
-    def build(cls, ids: list[str], matrix: np.ndarray, kinds: list[str], projects: list[str],
-              occurred: list[datetime], sessions: list[str], seqs: list[int]) -> UserVectors:  # fmt: skip
-        """Rows from columns."""
+    def build(cls, ids: list[str], matrix: np.ndarray, columns: dict[str, list[Any]]) -> UserVectors:
+        """Rows from the log's columns: kind, project_id, occurred_at, session_id, seq, prev_id,
+        importance and superseded_by (missing ones take the log's defaults)."""
+        n = len(ids)
+
+        def col(name: str, default: Any) -> list[Any]:
+            values = columns.get(name)
+            return [default if v is None else v for v in values] if values is not None else [default] * n
+
+        matrix = np.asarray(matrix, dtype=np.float32).reshape(n, -1)
         return cls(
             ids=list(ids),
-            matrix=np.asarray(matrix, dtype=np.float32).reshape(len(ids), -1),
-            kinds=np.asarray([KIND_CODES.get(k, -1) for k in kinds], dtype=np.int8),
-            projects=np.asarray(projects, dtype=object),
-            occurred=np.asarray([int(t.timestamp() * 1e6) for t in occurred], dtype=np.int64),
-            sessions=np.asarray(sessions, dtype=object),
-            seqs=np.asarray(seqs, dtype=np.int64),
+            matrix=matrix,
+            kinds=np.asarray([KIND_CODES.get(k, -1) for k in col("kind", "")], dtype=np.int8),
+            projects=np.asarray(col("project_id", ""), dtype=object),
+            occurred=np.asarray([micros(t) for t in col("occurred_at", _EPOCH)], dtype=np.int64),
+            sessions=np.asarray(col("session_id", ""), dtype=object),
+            seqs=np.asarray(col("seq", 0), dtype=np.int64),
+            prev_ids=np.asarray(col("prev_id", ""), dtype=object),
+            importance=np.asarray(col("importance", 0.5), dtype=np.float32),
+            superseded=np.asarray(col("superseded_by", ""), dtype=object),
+            buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )
 
     def extended(self, more: UserVectors) -> UserVectors:
@@ -88,12 +113,13 @@ class UserVectors:
         every row per append cost 30 ms at 100k rows); the small columns are copied."""
         if not self.ids:
             return more
-        buffer = self.buffer if self.buffer is not None else _Buffer(self.matrix)
+        buffer = self.buffer if self.buffer is not None else _Buffer(self.matrix, self._row_map())
         matrix = buffer.append(len(self.ids), more.matrix)
         if matrix is None:  # another snapshot appended first: start a buffer of our own
-            buffer = _Buffer(self.matrix.copy())
+            buffer = _Buffer(self.matrix.copy(), dict(buffer.rows))
             matrix = buffer.append(len(self.ids), more.matrix)
             assert matrix is not None
+        buffer.rows.update((rid, len(self.ids) + i) for i, rid in enumerate(more.ids))
         return UserVectors(
             ids=self.ids + more.ids,
             matrix=matrix,
@@ -102,12 +128,41 @@ class UserVectors:
             occurred=np.concatenate([self.occurred, more.occurred]),
             sessions=np.concatenate([self.sessions, more.sessions]),
             seqs=np.concatenate([self.seqs, more.seqs]),
+            prev_ids=np.concatenate([self.prev_ids, more.prev_ids]),
+            importance=np.concatenate([self.importance, more.importance]),
+            superseded=np.concatenate([self.superseded, more.superseded]),
             buffer=buffer,
         )
 
-    def rows_of(self, ids: set[str]) -> np.ndarray:
-        """Row numbers of some ids."""
-        return np.asarray([i for i, rid in enumerate(self.ids) if rid in ids], dtype=np.int64)
+    def _row_map(self) -> dict[str, int]:
+        return self.buffer.rows if self.buffer is not None else {rid: i for i, rid in enumerate(self.ids)}
+
+    def row(self, rid: str) -> int | None:
+        """The row number of an id in this snapshot, if it has it."""
+        i = self._row_map().get(rid)
+        return i if i is not None and i < len(self.ids) and self.ids[i] == rid else None
+
+    def heads(self, ids: list[str]) -> dict[str, RecordHead]:
+        """What ranking reads of some records (ids this snapshot lacks are absent)."""
+        out: dict[str, RecordHead] = {}
+        for rid in ids:
+            i = self.row(rid)
+            if i is not None:
+                out[rid] = RecordHead(
+                    id=rid, project_id=self.projects[i], session_id=self.sessions[i], seq=int(self.seqs[i]),
+                    prev_id=self.prev_ids[i], occurred_at=_EPOCH + int(self.occurred[i]) * _MICROSECOND,
+                    importance=float(self.importance[i]), superseded_by=self.superseded[i],
+                )  # fmt: skip
+        return out
+
+    def with_superseded(self, rid: str, by_id: str) -> UserVectors | None:
+        """A snapshot with one record marked superseded; None if this one lacks it."""
+        i = self.row(rid)
+        if i is None:
+            return None
+        superseded = self.superseded.copy()
+        superseded[i] = by_id
+        return replace(self, superseded=superseded)
 
     def search(
         self,
@@ -129,9 +184,9 @@ class UserVectors:
         if project_id:
             mask &= self.projects == project_id
         if after is not None:
-            mask &= self.occurred >= int(after.timestamp() * 1e6)
+            mask &= self.occurred >= micros(after)
         if before is not None:
-            mask &= self.occurred < int(before.timestamp() * 1e6)
+            mask &= self.occurred < micros(before)
         candidates = np.flatnonzero(mask)
         if candidates.size == 0:
             return []
@@ -198,6 +253,16 @@ class VectorCache:
                 del self._users[user_id]
                 return
             self._users[user_id] = entry.extended(more)
+
+    def mark_superseded(self, rid: str, by_id: str) -> None:
+        """Note in the cached copy that a record was superseded (the log was just updated)."""
+        with self._lock:
+            self._epoch += 1  # a load in flight may have read the old value
+            for user_id, entry in self._users.items():
+                patched = entry.with_superseded(rid, by_id)
+                if patched is not None:
+                    self._users[user_id] = patched
+                    return
 
     def invalidate(self, user_id: str | None = None) -> None:
         """Drop one user's rows, or everyone's."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -177,3 +178,19 @@ class Record(BaseModel):
     mention_count: int = 1
     access_count: int = Field(0, description="How often retrieval returned it (as of the last upkeep).")
     last_accessed_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHead:
+    """What ranking reads of a record, without its text: the log's in-memory copy of a user
+    answers it, so recall ranks its candidates and reads only the records it returns."""
+
+    id: str
+    project_id: str
+    session_id: str
+    seq: int
+    prev_id: str
+    occurred_at: datetime
+    importance: float
+    superseded_by: str
+    access_count: int = 0  # not held in memory: rankings that use it read whole records

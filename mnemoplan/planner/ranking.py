@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from mnemoplan.model import Record
+from mnemoplan.model import Record, RecordHead
 from mnemoplan.planner.fusion import Candidate
+
+Heads = Mapping[str, Record] | Mapping[str, RecordHead]  # ranking reads only what both carry
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def _add(cand: Candidate, signal: str, value: float) -> None:
     cand.score += value
 
 
-def expand_context(live: dict[str, Candidate], records: dict[str, Record], config: RankingConfig) -> None:
+def expand_context(live: dict[str, Candidate], records: Heads, config: RankingConfig) -> None:
     """Each turn inherits part of the best score of its neighbours in the conversation."""
     if config.context_propagation <= 0:
         return
@@ -68,7 +71,7 @@ def expand_context(live: dict[str, Candidate], records: dict[str, Record], confi
             _add(cand, "context", bonus)
 
 
-def session_prior(live: dict[str, Candidate], records: dict[str, Record], config: RankingConfig) -> None:
+def session_prior(live: dict[str, Candidate], records: Heads, config: RankingConfig) -> None:
     """Turns gain with the strength of their session among the candidates."""
     if config.session_weight <= 0:
         return
@@ -86,7 +89,7 @@ def session_prior(live: dict[str, Candidate], records: dict[str, Record], config
             _add(cand, "session", config.session_weight * strength[session] / top)
 
 
-def diversify(ranked: list[Candidate], records: dict[str, Record], decay: float) -> list[Candidate]:
+def diversify(ranked: list[Candidate], records: Heads, decay: float) -> list[Candidate]:
     """Greedy re-order: a turn's score shrinks with how many of its session's turns rank above it."""
     if decay <= 0:
         return ranked
@@ -103,7 +106,7 @@ def diversify(ranked: list[Candidate], records: dict[str, Record], decay: float)
 
 def rank(
     cands: dict[str, Candidate],
-    records: dict[str, Record],
+    records: Heads,
     config: RankingConfig,
     now: datetime,
     *,

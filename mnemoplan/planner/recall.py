@@ -23,6 +23,7 @@ from mnemoplan.model import (
     RecallResult,
     RecallTrace,
     Record,
+    RecordHead,
     SignalStat,
 )
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
@@ -38,6 +39,10 @@ class RecordSource(Protocol):
 
     def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
         """Records of one user by id."""
+        ...
+
+    def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
+        """What ranking reads of some records, if held in memory; else None."""
         ...
 
 
@@ -69,7 +74,7 @@ class Scope:
     after: datetime | None = None
     before: datetime | None = None
 
-    def admits(self, rec: Record) -> bool:
+    def admits(self, rec: Record | RecordHead) -> bool:
         """True if a record passes the caller's hard filters."""
         if self.project_id and rec.project_id != self.project_id:
             return False
@@ -177,10 +182,19 @@ class RecallPipeline:
         """Fuse, hydrate, filter, expand and rank; returns the items and the candidate count."""
         cands = fuse(results, plan.combination_strategy, modes=config.modes, weights=config.weights)
         pool = sorted(cands.values(), key=lambda c: -c.score)[: config.candidate_pool]
-        records = self.records.get(scope.user_id, [c.id for c in pool])
-        records = {rid: rec for rid, rec in records.items() if scope.admits(rec)}
         wants_list = plan.expected_answer_type == "list"
-        ranked = rank({c.id: c for c in pool}, records, config.ranking, now, wants_list=wants_list)[:limit]
+        # Rank on what memory holds of the candidates and read only the records returned: at
+        # 100k records, reading the whole pool from the log was half of recall's time.
+        heads = self.records.heads(scope.user_id, [c.id for c in pool]) if config.ranking.use_weight <= 0 else None
+        if heads is not None:
+            heads = {rid: head for rid, head in heads.items() if scope.admits(head)}
+            ranked = rank({c.id: c for c in pool}, heads, config.ranking, now, wants_list=wants_list)[:limit]
+            records = self.records.get(scope.user_id, [c.id for c in ranked])
+            ranked = [c for c in ranked if c.id in records]  # forgotten meanwhile
+        else:
+            records = self.records.get(scope.user_id, [c.id for c in pool])
+            records = {rid: rec for rid, rec in records.items() if scope.admits(rec)}
+            ranked = rank({c.id: c for c in pool}, records, config.ranking, now, wants_list=wants_list)[:limit]
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
