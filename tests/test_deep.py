@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import defaultdict, deque
@@ -116,6 +117,28 @@ def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None
     result = service.deep_search("Which orchestra instrument does Ann rehearse on Thursdays?", user_id="u")
     assert result.stats.rounds >= 2 and not result.evaluations[0]["sufficient"]
     assert result.plans[1].source == "replan"
+
+
+def test_without_an_llm_a_search_does_not_depend_on_the_searches_before_it(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemoplan.planner import deep
+
+    seed(service)
+    real = deep.evaluate
+
+    def second_round_suffices(analysis: Any, results: Any, items: Any) -> Any:  # the rules' verdict, scripted
+        verdict = real(analysis, results, items)
+        return dataclasses.replace(verdict, sufficient=any(r.step.step_id == "hier" for r in results))
+
+    monkeypatch.setattr(deep, "evaluate", second_round_suffices)
+    question = "Which orchestra instrument does Ann rehearse on Thursdays?"
+    first = service.deep_search(question, user_id="u")
+    assert [p.source for p in first.plans] == ["deterministic", "replan"] and first.sufficient
+    again = service.deep_search(question, user_id="u")  # the rules' revision that worked is not reused...
+    assert [p.steps for p in again.plans] == [p.steps for p in first.plans]
+    assert [(i.id, i.score) for i in again.items] == [(i.id, i.score) for i in first.items]
+    assert not service.explain_plan(question, user_id="u").cached_plan  # ...and not cached
 
 
 def test_a_caller_plan_runs_exactly_as_given(service: MemoryService) -> None:
