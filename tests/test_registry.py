@@ -40,6 +40,13 @@ def test_numbers_out_of_range_are_refused_with_the_range(service: MemoryService,
         service.registry.validate(plan(PlanStep(step_id="a", index="semantic", params={"min_similarity": float("nan")})))
 
 
+def test_a_plan_has_a_bounded_number_of_steps(service: MemoryService) -> None:
+    steps = [PlanStep(step_id=f"s{i}", index="bm25") for i in range(33)]
+    with pytest.raises(InvalidPlan, match="at most 32"):
+        service.registry.validate(plan(*steps))
+    assert service.registry.validate(plan(*steps[:32]))
+
+
 def test_dependency_cycles_and_unknown_dependencies(service: MemoryService) -> None:
     with pytest.raises(InvalidPlan, match="cycle"):
         service.registry.validate(plan(

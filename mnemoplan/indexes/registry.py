@@ -15,6 +15,9 @@ from mnemoplan.indexes.base import SearchIndex
 from mnemoplan.model import IndexDescriptor, ParamSpec, PlanStep, QueryPlan, as_utc
 
 
+MAX_STEPS = 32  # a plan's steps each run an index query; the rules write fewer than 15
+
+
 def _num(bound: float) -> str:
     if not math.isfinite(bound):
         return "any"
@@ -107,11 +110,17 @@ class IndexRegistry:
         """Check a plan against the registry and return it with parameters coerced.
 
         Raises:
-            InvalidPlan: unknown index, parameter or type; missing required parameter;
-                duplicate or unknown step ids; a dependency cycle.
+            InvalidPlan: no steps or more than MAX_STEPS; unknown index, parameter or type;
+                a number out of range; a missing required parameter; duplicate or unknown step
+                ids; a dependency cycle.
         """
         if not plan.steps:
             raise InvalidPlan("The plan has no steps.", hint="Add at least one step naming an index.")
+        if len(plan.steps) > MAX_STEPS:
+            raise InvalidPlan(
+                f"The plan has {len(plan.steps)} steps; at most {MAX_STEPS} are run.",
+                hint="Merge steps that query the same index, or split the question.",
+            )
         ids = [s.step_id for s in plan.steps]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
