@@ -84,27 +84,35 @@ class UserVectors:
         return len(self.ids)
 
     @classmethod
-    def build(cls, ids: list[str], matrix: np.ndarray, columns: dict[str, list[Any]]) -> UserVectors:
+    def build(cls, ids: list[str], matrix: np.ndarray, columns: dict[str, Any]) -> UserVectors:
         """Rows from the log's columns: kind, project_id, occurred_at, session_id, seq, prev_id,
-        importance and superseded_by (missing ones take the log's defaults)."""
+        importance and superseded_by, as lists (None for the log's default) or as arrays without
+        nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults."""
         n = len(ids)
 
-        def col(name: str, default: Any) -> list[Any]:
+        def col(name: str, default: Any, dtype: Any) -> np.ndarray:
             values = columns.get(name)
-            return [default if v is None else v for v in values] if values is not None else [default] * n
+            if values is None:
+                return np.full(n, default, dtype=dtype)
+            if isinstance(values, np.ndarray):
+                return values.astype(dtype, copy=False)
+            return np.asarray([default if v is None else v for v in values], dtype=dtype)
 
+        occurred = columns.get("occurred_at")
+        if not isinstance(occurred, np.ndarray):
+            occurred = [micros(t) for t in (occurred or [_EPOCH] * n)]
         matrix = np.asarray(matrix, dtype=np.float32).reshape(n, -1)
         return cls(
             ids=list(ids),
             matrix=matrix,
-            kinds=np.asarray([KIND_CODES.get(k, -1) for k in col("kind", "")], dtype=np.int8),
-            projects=np.asarray(col("project_id", ""), dtype=object),
-            occurred=np.asarray([micros(t) for t in col("occurred_at", _EPOCH)], dtype=np.int64),
-            sessions=np.asarray(col("session_id", ""), dtype=object),
-            seqs=np.asarray(col("seq", 0), dtype=np.int64),
-            prev_ids=np.asarray(col("prev_id", ""), dtype=object),
-            importance=np.asarray(col("importance", 0.5), dtype=np.float32),
-            superseded=np.asarray(col("superseded_by", ""), dtype=object),
+            kinds=np.asarray([KIND_CODES.get(k, -1) for k in col("kind", "", object)], dtype=np.int8),
+            projects=col("project_id", "", object),
+            occurred=np.asarray(occurred, dtype=np.int64),
+            sessions=col("session_id", "", object),
+            seqs=col("seq", 0, np.int64),
+            prev_ids=col("prev_id", "", object),
+            importance=col("importance", 0.5, np.float32),
+            superseded=col("superseded_by", "", object),
             buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )
 
