@@ -36,8 +36,12 @@ def test_numbers_out_of_range_are_refused_with_the_range(service: MemoryService,
     assert "between 1 and 1000" in err.value.message
     with pytest.raises(InvalidPlan, match="between 0 and 1"):
         service.registry.validate(plan(PlanStep(step_id="a", index="working_memory", params={"query_weight": 2})))
-    with pytest.raises(InvalidPlan, match="must be of type number"):
-        service.registry.validate(plan(PlanStep(step_id="a", index="semantic", params={"min_similarity": float("nan")})))
+    for nonsense in (float("nan"), float("inf")):
+        with pytest.raises(InvalidPlan, match="must be of type number"):
+            service.registry.validate(plan(PlanStep(step_id="a", index="semantic", params={"min_similarity": nonsense})))
+    for nonsense in (10**400, float("inf"), -float("inf")):  # what json.loads makes of 1e999
+        with pytest.raises(InvalidPlan, match="must be of type integer"):
+            service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"top_k": nonsense})))
 
 
 def test_a_plan_has_a_bounded_number_of_steps(service: MemoryService) -> None:

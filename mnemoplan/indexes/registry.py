@@ -38,10 +38,13 @@ def _coerce(spec: ParamSpec, value: Any, where: str) -> Any:
             raise fail()
         return value
     if spec.type in ("integer", "number"):
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise fail()
-        if spec.type == "integer" and int(value) != value:
-            raise fail()
+        try:  # NaN, infinities and integers too large for a float are no numbers to search with
+            if not math.isfinite(value) or (spec.type == "integer" and int(value) != value):
+                raise fail()
+        except OverflowError:
+            raise fail() from None
         low = -math.inf if spec.minimum is None else spec.minimum
         high = math.inf if spec.maximum is None else spec.maximum
         if not low <= value <= high:
