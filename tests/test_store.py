@@ -273,8 +273,30 @@ def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
         assert cache.get("u") is None
     generation = cache.generation("u")
     cache.extend("v", UserVectors())  # another user's write does not spoil this load
+    cache.mark_superseded("x", "y", "v")  # nor does a fact of theirs superseded
     cache.put("u", UserVectors(), generation)
     assert cache.get("u") is not None
+    generation = cache.generation("w")
+    cache.mark_superseded("x", "y")  # a supersede of unknown ownership spoils every load in flight
+    cache.put("w", UserVectors(), generation)
+    assert cache.get("w") is None
+
+
+def test_rows_a_racing_load_already_holds_are_not_appended_twice() -> None:
+    import numpy as np
+
+    from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
+
+    def rows(*ids: str) -> UserVectors:
+        return UserVectors.build(list(ids), np.ones((len(ids), 4), dtype=np.float32), {"seq": list(range(len(ids)))})
+
+    cache = VectorCache()
+    cache.put("u", rows("a", "b", "c"), cache.generation("u"))  # a load that read the log after c was written...
+    cache.extend("u", rows("c", "d"))  # ...then the write of c and d reaches the cache
+    entry = cache.get("u")
+    assert entry is not None and entry.ids == ["a", "b", "c", "d"] and entry.matrix.shape == (4, 4)
+    assert set(entry.heads(["c", "d"])) == {"c", "d"}
+    assert len(UserVectors.build([], np.zeros(0, dtype=np.float32), {})) == 0  # a user with no rows
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["whole-user read", "by-id read"])

@@ -267,12 +267,12 @@ class LanceLog:
                     values={"prev_id": prev_id, "vector": [float(x) for x in vector]},
                 )
 
-    def set_superseded(self, rid: str, by_id: str, valid_to: datetime) -> None:
+    def set_superseded(self, rid: str, by_id: str, valid_to: datetime, user_id: str | None = None) -> None:
         """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
         with self._changing([rid]):
             if self._table is not None:
                 self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
-                self.vector_cache.mark_superseded(rid, by_id)
+                self.vector_cache.mark_superseded(rid, by_id, user_id)
 
     def set_mention_counts(self, counts: dict[str, int]) -> None:
         """Set mention counts (facts said again)."""

@@ -229,7 +229,7 @@ class MemoryStore:
         """Close an old fact's validity in favour of a newer one (history stays queryable)."""
         with self._write_lock:
             now = datetime.now(UTC)
-            self.log.set_superseded(old_id, new_id, now)
+            self.log.set_superseded(old_id, new_id, now, user_id)
             self.ledger(user_id).retire_fact(old_id)
         self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
 

@@ -101,7 +101,11 @@ class UserVectors:
         occurred = columns.get("occurred_at")
         if not isinstance(occurred, np.ndarray):
             occurred = [micros(t) for t in (occurred or [_EPOCH] * n)]
-        matrix = np.asarray(matrix, dtype=np.float32).reshape(n, -1)
+        matrix = np.asarray(matrix, dtype=np.float32)
+        if n:
+            matrix = matrix.reshape(n, -1)
+        else:  # a user with no rows (yet)
+            matrix = np.zeros((0, matrix.shape[-1] if matrix.ndim == 2 else 0), dtype=np.float32)
         return cls(
             ids=list(ids),
             matrix=matrix,
@@ -162,6 +166,17 @@ class UserVectors:
                     importance=float(self.importance[i]), superseded_by=self.superseded[i],
                 )  # fmt: skip
         return out
+
+    def subset(self, rows: list[int]) -> UserVectors:
+        """Some of these rows, as a snapshot of their own."""
+        pick = np.asarray(rows, dtype=np.int64)
+        ids, matrix = [self.ids[i] for i in rows], self.matrix[pick]
+        return UserVectors(
+            ids=ids, matrix=matrix, kinds=self.kinds[pick], projects=self.projects[pick],
+            occurred=self.occurred[pick], sessions=self.sessions[pick], seqs=self.seqs[pick],
+            prev_ids=self.prev_ids[pick], importance=self.importance[pick], superseded=self.superseded[pick],
+            buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
+        )  # fmt: skip
 
     def with_superseded(self, rid: str, by_id: str) -> UserVectors | None:
         """A snapshot with one record marked superseded; None if this one lacks it."""
@@ -260,16 +275,29 @@ class VectorCache:
             if len(entry) + len(more) > self.max_user_rows:
                 del self._users[user_id]
                 return
-            self._users[user_id] = entry.extended(more)
+            # A load that read the log after these rows were written, and was cached before
+            # this call, holds them already.
+            fresh = [i for i, rid in enumerate(more.ids) if entry.row(rid) is None]
+            if len(fresh) < len(more):
+                more = more.subset(fresh)
+            if len(more):
+                self._users[user_id] = entry.extended(more)
 
-    def mark_superseded(self, rid: str, by_id: str) -> None:
-        """Note in the cached copy that a record was superseded (the log was just updated)."""
+    def mark_superseded(self, rid: str, by_id: str, user_id: str | None = None) -> None:
+        """Note in the cached copy that a record was superseded (the log was just updated).
+        A load in flight may have read the old value: it is refused, for this user when the
+        caller names them, else for every user."""
         with self._lock:
-            self._epoch += 1  # a load in flight may have read the old value
-            for user_id, entry in self._users.items():
+            if user_id is None:
+                self._epoch += 1
+            else:
+                self._changes[user_id] = self._changes.get(user_id, 0) + 1
+            for owner, entry in self._users.items():
+                if user_id is not None and owner != user_id:
+                    continue
                 patched = entry.with_superseded(rid, by_id)
                 if patched is not None:
-                    self._users[user_id] = patched
+                    self._users[owner] = patched
                     return
 
     def invalidate(self, user_id: str | None = None) -> None:
