@@ -292,10 +292,9 @@ class VectorCache:
                 self._epoch += 1
             else:
                 self._changes[user_id] = self._changes.get(user_id, 0) + 1
-            for owner, entry in self._users.items():
-                if user_id is not None and owner != user_id:
-                    continue
-                patched = entry.with_superseded(rid, by_id)
+            for owner in [user_id] if user_id is not None else list(self._users):
+                entry = self._users.get(owner)
+                patched = entry.with_superseded(rid, by_id) if entry is not None else None
                 if patched is not None:
                     self._users[owner] = patched
                     return

@@ -185,16 +185,16 @@ class RecallPipeline:
         wants_list = plan.expected_answer_type == "list"
         # Rank on what memory holds of the candidates and read only the records returned: at
         # 100k records, reading the whole pool from the log was half of recall's time.
-        heads = self.records.heads(scope.user_id, [c.id for c in pool]) if config.ranking.use_weight <= 0 else None
-        if heads is not None:
-            heads = {rid: head for rid, head in heads.items() if scope.admits(head)}
-            ranked = rank({c.id: c for c in pool}, heads, config.ranking, now, wants_list=wants_list)[:limit]
+        ids = [c.id for c in pool]
+        heads = self.records.heads(scope.user_id, ids) if config.ranking.use_weight <= 0 else None
+        rows = heads if heads is not None else self.records.get(scope.user_id, ids)
+        rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
+        ranked = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)[:limit]
+        if heads is None:
+            records = rows
+        else:
             records = self.records.get(scope.user_id, [c.id for c in ranked])
             ranked = [c for c in ranked if c.id in records]  # forgotten meanwhile
-        else:
-            records = self.records.get(scope.user_id, [c.id for c in pool])
-            records = {rid: rec for rid, rec in records.items() if scope.admits(rec)}
-            ranked = rank({c.id: c for c in pool}, records, config.ranking, now, wants_list=wants_list)[:limit]
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
