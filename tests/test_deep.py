@@ -208,6 +208,24 @@ def test_insufficient_then_replanned_then_sufficient_in_round_two(tmp_path: Path
         assert service.explain_plan("Where does Mia teach physics?", user_id="u").cached_plan
 
 
+def test_a_cached_plan_that_falls_short_stops_pre_empting_the_planner(tmp_path: Path, llm: Any) -> None:
+    server, roles = llm
+    question = "Where does Mia teach chemistry?"
+    with llm_service(tmp_path, server) as service:
+        roles.queues["plan"].append(plan_reply({"step_id": "kw", "index": "bm25", "params": {"top_k": 20}}))
+        service.deep_search(question, user_id="u")  # judged sufficient: the LLM's plan is cached
+        assert service.explain_plan(question, user_id="u").cached_plan
+        roles.asked.clear()
+        roles.queues["evaluate"].append(Reply(json.dumps({"sufficient": False, "confidence": 0.1,
+                                                          "diagnosis": "wrong memories"})))  # fmt: skip
+        result = service.deep_search(question, user_id="u")
+        assert result.plans[0].source == "cache" and "plan" not in roles.asked
+        assert not service.explain_plan(question, user_id="u").cached_plan
+        roles.asked.clear()
+        service.deep_search(question, user_id="u")
+        assert roles.asked[0] == "plan"  # the planner is asked again
+
+
 def test_a_malformed_rerank_reply_keeps_the_order_and_is_counted(tmp_path: Path, llm: Any) -> None:
     server, roles = llm
     with llm_service(tmp_path, server) as service:
@@ -271,3 +289,17 @@ def test_widening_stops_at_the_largest_list_an_index_serves(service: MemoryServi
         service.deep._remember_plan(analysis, result.plans[-1])  # as if the last round had been judged enough
     cached = service.deep.cache.get(analysis)
     assert cached is not None and max(int(s.params.get("top_k", 0)) for s in cached.steps) == TOP_K_MAX
+
+
+def test_a_template_replaced_meanwhile_is_not_discarded_for_its_predecessor(service: MemoryService) -> None:
+    seed(service)
+    analysis = service.recall_pipeline.analyzer.analyze("Where does Mia teach?", "u")
+    old = QueryPlan(query="Where does Mia teach?", source="llm", steps=[PlanStep(step_id="kw", index="bm25")])
+    new = QueryPlan(query="Where does Mia teach?", source="llm", steps=[PlanStep(step_id="sem", index="semantic")])
+    service.deep.cache.put(analysis, old)
+    used = service.deep.cache.get(analysis)
+    service.deep.cache.put(analysis, new)  # another search cached a better plan meanwhile
+    assert used is not None and not service.deep.cache.discard(analysis, used)
+    assert service.deep.cache.has(analysis)
+    assert service.deep.cache.discard(analysis, service.deep.cache.get(analysis))  # type: ignore[arg-type]
+    assert not service.deep.cache.has(analysis)

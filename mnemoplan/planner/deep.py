@@ -287,6 +287,7 @@ class DeepSearch:
         t0 = time.perf_counter()
         analysis = self.recall.analyzer.analyze(query, scope.user_id, reference_time)
         caller = plan is not None
+        first: QueryPlan | None = None
         if plan is not None:
             plan = self.recall.registry.validate(plan.model_copy(update={"source": "caller", "query": plan.query or query}))
         else:
@@ -324,6 +325,8 @@ class DeepSearch:
                                               useful=a.get("useful"), quality=a.get("quality"),
                                               issue=a.get("issue", "")))  # fmt: skip
             run.evaluations.append({"round": round_no, **evaluation.as_dict()})
+            if round_no == 1 and first is not None and first.source == "cache" and not evaluation.sufficient:
+                self.cache.discard(analysis, first)  # it stops pre-empting the planner for this shape
             if evaluation.sufficient or caller or round_no == rounds:
                 break
             t0 = time.perf_counter()

@@ -43,16 +43,38 @@ class PlanCache:
 
     def put(self, analysis: QueryAnalysis, plan: QueryPlan) -> None:
         """Keep a plan that worked, without what was specific to its query."""
-        steps = [s.model_copy(update={"params": {k: v for k, v in s.params.items() if k not in _QUERY_SPECIFIC}})
-                 for s in plan.steps]  # fmt: skip
-        template = plan.model_copy(update={"steps": steps, "query": "", "analysis": None})
+        template = _template(plan)
         with self._lock:
             self._plans[query_shape(analysis)] = template
             self._plans.move_to_end(query_shape(analysis))
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
 
+    def discard(self, analysis: QueryAnalysis, plan: QueryPlan) -> bool:
+        """Forget the template for this query's shape if ``plan`` was made from it.
+
+        A template that did not work for a query stops pre-empting the planner for its
+        shape; one that another search replaced meanwhile is left alone.
+
+        Returns:
+            True when the template was dropped.
+        """
+        key = query_shape(analysis)
+        steps = _template(plan).steps
+        with self._lock:
+            template = self._plans.get(key)
+            if template is None or template.steps != steps:
+                return False
+            del self._plans[key]
+            return True
+
     def has(self, analysis: QueryAnalysis) -> bool:
         """True when a plan for this shape is cached."""
         with self._lock:
             return query_shape(analysis) in self._plans
+
+
+def _template(plan: QueryPlan) -> QueryPlan:
+    steps = [s.model_copy(update={"params": {k: v for k, v in s.params.items() if k not in _QUERY_SPECIFIC}})
+             for s in plan.steps]  # fmt: skip
+    return plan.model_copy(update={"steps": steps, "query": "", "analysis": None})
