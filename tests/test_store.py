@@ -61,6 +61,22 @@ def test_forgetting_a_turn_recontextualises_the_next_one(service: MemoryService)
     assert service.recall("quokka", user_id="u").items == []
 
 
+def test_a_forget_keeps_other_users_vectors_in_memory_and_their_rows_untouched(service: MemoryService) -> None:
+    mine = say(service, "u", "s", ("Ann", "my locker code is 4471"), ("Ben", "noted"), ("Ann", "thanks"))
+    theirs = say(service, "v", "s", ("Cal", "my bike is green"), ("Dee", "nice"))
+    for user in ("u", "v"):
+        service.recall("code bike", user_id=user)
+    log = service.store.log
+    kept = log.vector_cache.get("v")
+    assert kept is not None and log.vector_cache.get("u") is not None
+    service.forget(ids=[mine[0]], user_id="u")  # the next turn's vector is recomputed as well
+    assert log.vector_cache.get("v") is kept  # no reload of a user the forget did not touch
+    assert log.vector_cache.get("u") is None
+    assert all("4471" not in i.text for i in service.recall("locker code", user_id="u").items)
+    assert log.delete([theirs[0]], user_id="u") == 0  # an id of another user is not theirs to delete
+    assert set(log.get("v", theirs)) == set(theirs)
+
+
 def test_forget_removes_derived_records(service: MemoryService) -> None:
     ids = say(service, "u", "s", ("Ann", "I adopted a greyhound called Pixel"))
     fact = service.ingestor.ingest(

@@ -241,29 +241,38 @@ class LanceLog:
             self.vector_cache.extend(user_id, more)
 
     @contextmanager
-    def _changing(self, ids: list[str] | None, *, vectors: bool = False) -> Iterator[None]:
+    def _changing(self, ids: list[str] | None, *, vectors: bool = False, user_id: str | None = None) -> Iterator[None]:
         """Rewrite rows under the rewrite lock, dropping their cached copies before and after:
-        a read between the two could otherwise cache the old rows again."""
+        a read between the two could otherwise cache the old rows again. With ``vectors``,
+        the in-memory vectors go too: ``user_id``'s alone when the rewrite is confined to
+        that user's rows, else every user's."""
         with self._rewrite_lock:
-            self._drop_cached(ids, vectors)
+            self._drop_cached(ids, vectors, user_id)
             try:
                 yield
             finally:
-                self._drop_cached(ids, vectors)
+                self._drop_cached(ids, vectors, user_id)
 
-    def _drop_cached(self, ids: list[str] | None, vectors: bool) -> None:
+    def _drop_cached(self, ids: list[str] | None, vectors: bool, user_id: str | None) -> None:
         self.cache.evict(ids)
         if vectors:
-            self.vector_cache.invalidate()
+            self.vector_cache.invalidate(user_id)
 
-    def update_vectors(self, ids_to_vectors: dict[str, tuple[str, np.ndarray]]) -> None:
-        """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten)."""
-        with self._changing(list(ids_to_vectors), vectors=True):
+    @staticmethod
+    def _of_user(where: str, user_id: str | None) -> str:
+        """``where``, confined to one user's rows when a user is named."""
+        return where if user_id is None else f"user_id = {sql_str(user_id)} AND ({where})"
+
+    def update_vectors(self, ids_to_vectors: dict[str, tuple[str, np.ndarray]], user_id: str | None = None) -> None:
+        """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten).
+        Naming their user confines the update to that user's rows, and keeps other users'
+        vectors in memory."""
+        with self._changing(list(ids_to_vectors), vectors=True, user_id=user_id):
             if self._table is None:
                 return
             for rid, (prev_id, vector) in ids_to_vectors.items():
                 self._table.update(
-                    where=f"id = {sql_str(rid)}",
+                    where=self._of_user(f"id = {sql_str(rid)}", user_id),
                     values={"prev_id": prev_id, "vector": [float(x) for x in vector]},
                 )
 
@@ -303,24 +312,25 @@ class LanceLog:
         source = pa.table({name: pa.array(values, type=schema.field(name).type) for name, values in columns.items()})
         self._table.merge_insert("id").when_matched_update_all().execute(source)
 
-    def delete(self, ids: list[str]) -> int:
-        """Delete records by id; returns how many existed."""
-        with self._changing(ids, vectors=True):
+    def delete(self, ids: list[str], user_id: str | None = None) -> int:
+        """Delete records by id; returns how many existed. Naming their user confines the
+        delete to that user's rows, and keeps other users' vectors in memory."""
+        with self._changing(ids, vectors=True, user_id=user_id):
             if self._table is None or not ids:
                 return 0
             deleted = 0
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
-                where = sql_in("id", chunk)
+                where = self._of_user(sql_in("id", chunk), user_id)
                 deleted += self._table.count_rows(where)
                 self._table.delete(where)
             return deleted
 
-    def delete_where(self, where: str) -> None:
-        """Delete every record matching a filter."""
-        with self._changing(None, vectors=True):
+    def delete_where(self, where: str, user_id: str | None = None) -> None:
+        """Delete every record matching a filter (of ``user_id``'s rows only, when named)."""
+        with self._changing(None, vectors=True, user_id=user_id):
             if self._table is not None:
-                self._table.delete(where)
+                self._table.delete(self._of_user(where, user_id))
 
     def purge(self) -> None:
         """Compact the tables and drop every old version, so deleted bytes leave the disk."""

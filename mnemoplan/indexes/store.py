@@ -299,7 +299,7 @@ class MemoryStore:
         """
         with self._write_lock:
             intent = self.journal.begin(Intent("delete", user_id, ids))
-            self.log.delete(ids)
+            self.log.delete(ids, user_id)
 
         def drop() -> None:
             self.graph.delete(ids)
@@ -353,7 +353,7 @@ class MemoryStore:
             for rid in ids:
                 self._accesses.pop(rid, None)
                 self._mention_counts.pop(rid, None)
-        report.per_store["log"] = self.log.delete(ids)
+        report.per_store["log"] = self.log.delete(ids, user_id)
         report.per_store["graph"] = self.graph.delete(ids)
         report.per_store["bm25"] = self.bm25.delete(user_id, ids)
         if successors:
@@ -375,7 +375,7 @@ class MemoryStore:
         for rec in successors:
             prev = new_prev[rec.id]
             updates[rec.id] = (prev, context_vector(emb[rec.id], emb.get(prev), self.context_weight))
-        self.log.update_vectors(updates)
+        self.log.update_vectors(updates, user_id)
         keys = self.keys(user_id)
         assert keys is not None
         self.graph.add([graph_record(r.model_copy(update={"prev_id": new_prev[r.id]}), keys) for r in successors])
@@ -398,7 +398,7 @@ class MemoryStore:
             intent = self.journal.begin(Intent("drop_user", user_id))
             keys = self.keys(user_id, create=False)
             report.per_store["log"] = self.log.count(where)
-            self.log.delete_where(where)
+            self.log.delete_where(where, user_id)
             self.bm25.drop_user(user_id)
             report.per_store["bm25"] = report.per_store["log"]
             report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
