@@ -156,3 +156,17 @@ def test_ranking_from_memory_returns_what_ranking_the_records_does(service: Memo
     finally:
         log.heads = real  # type: ignore[method-assign]
     assert any(not current for items in from_memory for _, _, current in items)  # a superseded fact ranked
+
+
+def test_a_record_forgotten_between_ranking_and_reading_makes_room_for_the_next(service: MemoryService) -> None:
+    say(service, "s1", datetime(2024, 1, 1, tzinfo=UTC), ("Ola", "I live in Lyon"), ("Kim", "Lyon has great food"),
+        ("Ola", "The market in Lyon!"), ("Kim", "Lyon again?"))  # fmt: skip
+    before = [i.id for i in service.recall("Lyon", user_id="u", limit=3).items]
+    log = service.store.log
+    real = log.get
+    log.get = lambda user_id, ids: {k: v for k, v in real(user_id, ids).items() if k != before[0]}  # type: ignore[method-assign]
+    try:
+        after = [i.id for i in service.recall("Lyon", user_id="u", limit=3).items]
+    finally:
+        log.get = real  # type: ignore[method-assign]
+    assert after[:2] == before[1:] and len(after) == 3

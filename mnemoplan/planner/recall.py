@@ -189,12 +189,16 @@ class RecallPipeline:
         heads = self.records.heads(scope.user_id, ids) if config.ranking.use_weight <= 0 else None
         rows = heads if heads is not None else self.records.get(scope.user_id, ids)
         rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
-        ranked = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)[:limit]
+        order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
         if heads is None:
-            records = rows
-        else:
-            records = self.records.get(scope.user_id, [c.id for c in ranked])
-            ranked = [c for c in ranked if c.id in records]  # forgotten meanwhile
+            ranked, records = order[:limit], rows
+        else:  # read the best; one forgotten since ranking makes room for the next
+            ranked, records, start = [], {}, 0
+            while len(ranked) < limit and start < len(order):
+                batch = order[start : start + limit - len(ranked)]
+                start += len(batch)
+                records.update(self.records.get(scope.user_id, [c.id for c in batch]))
+                ranked.extend(c for c in batch if c.id in records)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
