@@ -95,6 +95,14 @@ def test_a_date_without_a_year_is_the_most_recent_one() -> None:
     assert span("the gig on May 7", april) == ("2024-05-07", "2024-05-08", "day")  # under a month ahead
 
 
+def test_29_february_is_a_date_in_every_year() -> None:
+    # Without a year it is the last 29 February there was; counting years from it lands on the 28th.
+    assert span("born on Feb 29", SAID) == ("2020-02-29", "2020-03-01", "day")
+    leap_day = datetime(2024, 2, 29, 12, 0, tzinfo=UTC)
+    assert span("a year ago", leap_day) == ("2023-01-01", "2024-01-01", "year")
+    assert span("next year", leap_day) == ("2025-01-01", "2026-01-01", "year")
+
+
 def test_an_impossible_date_is_skipped() -> None:
     # The day is dropped; "February 2023" inside it is still a month.
     found = [(t.text, t.granularity) for t in find_times("on 31 February 2023 we met", SAID)]

@@ -241,10 +241,25 @@ def _absolute_span(fields: DateFields, precision: str, day: datetime) -> tuple[d
             year = day.year if month <= day.month + 1 else day.year - 1
         start, end = _month_span(year, month, day)
         return start, end, "month"
-    start = day.replace(year=day.year if year is None else year, month=month, day=dom)
-    if year is None and start > day + timedelta(days=31):
-        start = start.replace(year=start.year - 1)  # "May 7" said in January is probably last May
+    start = day.replace(year=year, month=month, day=dom) if year is not None else _last_date(month, dom, day)
     return start, start + timedelta(days=1), "day"
+
+
+def _last_date(month: int, dom: int, day: datetime) -> datetime:
+    """The most recent ``month``/``dom`` up to a month ahead of ``day`` ("May 7" said in January is
+    probably last May; "Feb 29" is the last 29 February there was).
+
+    Raises:
+        ValueError: No year has that date.
+    """
+    for year in range(day.year, day.year - 9, -1):
+        try:
+            start = day.replace(year=year, month=month, day=dom)
+        except ValueError:  # 29 February in a common year
+            continue
+        if start <= day + timedelta(days=31):
+            return start
+    raise ValueError(f"no year has day {dom} of month {month}")
 
 
 def _resolve(kind: str, m: re.Match[str], ref: datetime) -> tuple[datetime, datetime, str] | None:
@@ -262,9 +277,9 @@ def _resolve(kind: str, m: re.Match[str], ref: datetime) -> tuple[datetime, date
         elif unit == "month":
             anchor = _add_months(day, n)
         elif unit == "decade":
-            anchor = day.replace(year=day.year + 10 * n)
+            anchor = _add_months(day, 120 * n)  # from 29 February, to the 28th of a common year
         else:
-            anchor = day.replace(year=day.year + n)
+            anchor = _add_months(day, 12 * n)
         return _unit_span(anchor, unit)
     if kind == "rel_unit":
         which, unit = g[0].lower(), g[1].lower()
@@ -278,7 +293,7 @@ def _resolve(kind: str, m: re.Match[str], ref: datetime) -> tuple[datetime, date
             return _unit_span(day + timedelta(weeks=step), unit)
         if unit == "month":
             return _unit_span(_add_months(day, step), unit)
-        return _unit_span(day.replace(year=day.year + step), unit)
+        return _unit_span(_add_months(day, 12 * step), unit)
     if kind == "rel_day":
         word = g[0].lower()
         offset = {"yesterday": -1, "last night": -1, "tomorrow": 1}.get(word, 0)
