@@ -424,3 +424,23 @@ def test_access_and_mention_counts_land_in_one_merge_whatever_their_spread(servi
     assert [got[rid].mention_count for rid in ids[1:3]] == [4, 9]
     assert all(got[rid].last_accessed_at is not None for rid in ids)
     assert log.count("id = 'gone'") == 0  # an id no longer in the log is not inserted
+
+
+def test_a_catalog_counted_from_the_log_is_the_one_built_mention_by_mention(service: MemoryService) -> None:
+    from mnemoplan.indexes.catalog import EntityCatalog
+
+    say(service, "u", "s", ("Ann", "I met Bob at Lakeside Cafe"), ("Bob", "Ann and I love the lakeside cafe"),
+        ("Ann", "Bob, Lakeside Café again on Friday?"), ("Cy", "Can I join you and bob?"))  # fmt: skip
+    service.store.wait_for_writes("u")
+    log = service.store.log
+    built = EntityCatalog()
+    for record in sorted(log.records("user_id = 'u'"), key=lambda r: r.seq):
+        built.add(record.entities)
+    counted = EntityCatalog.from_counts(log.mention_counts("u"))
+
+    def view(catalog: EntityCatalog) -> list[tuple[object, ...]]:
+        return [(k, i.name, i.type, i.aliases, dict(i.surfaces), dict(i.types), i.mentions, i.spoke)
+                for k, i in catalog.entities.items()]  # fmt: skip
+
+    assert view(counted) == view(built) and len(built.entities) >= 3
+    assert log.mention_counts("nobody") == []

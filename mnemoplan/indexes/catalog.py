@@ -63,10 +63,29 @@ class EntityCatalog:
         self.version += 1
 
 
+    @classmethod
+    def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]]) -> EntityCatalog:
+        """A catalog from how often each (key, name, type, role) was mentioned, in order of
+        first mention (the order decides ties between an entity's names)."""
+        catalog = cls()
+        for key, name, type_, role, n in counts:
+            info = catalog.entities.get(key)
+            if info is None:
+                info = catalog.entities[key] = EntityInfo(key)
+            info.surfaces[name] += n
+            if type_:
+                info.types[type_] += n
+            info.mentions += n
+            if role == "speaker":
+                info.spoke += n
+        catalog.version += 1
+        return catalog
+
+
 class CatalogCache:
     """Lazily built catalogs of every user, with a loader that reads the log."""
 
-    def __init__(self, loader: Callable[[str], Iterable[list[EntityMention]]]) -> None:
+    def __init__(self, loader: Callable[[str], EntityCatalog]) -> None:
         self._loader = loader
         self._catalogs: dict[str, EntityCatalog] = {}
         self._lock = threading.Lock()
@@ -79,10 +98,7 @@ class CatalogCache:
         with self._lock:
             catalog = self._catalogs.get(user_id)
             if catalog is None:
-                catalog = EntityCatalog()
-                for mentions in self._loader(user_id):
-                    catalog.add(mentions)
-                self._catalogs[user_id] = catalog
+                catalog = self._catalogs[user_id] = self._loader(user_id)
         return catalog
 
     def add(self, user_id: str, mentions: list[EntityMention]) -> None:

@@ -419,6 +419,27 @@ class LanceLog:
         query = self._table.search().where(where).select(columns or META_COLUMNS).limit(limit)
         return query.to_arrow().to_pylist()
 
+    def mention_counts(self, user_id: str) -> list[tuple[str, str, str, str, int]]:
+        """How often each distinct (key, name, type, role) occurs among a user's entity mentions,
+        in the order each first occurs in the log.
+
+        Counted in Arrow: turning 415k mentions of a 100k-record user into Python objects
+        one by one took ~1.1 s of the first recall, counting them ~0.15 s.
+        """
+        if self._table is None:
+            return []
+        query = self._table.search().where(f"user_id = {sql_str(user_id)}").select(["entities"]).limit(None)
+        flat = pc.list_flatten(query.to_arrow().column("entities"))
+        if len(flat) == 0:
+            return []
+        flat = pa.concat_arrays(flat.chunks) if isinstance(flat, pa.ChunkedArray) else flat
+        fields = ["key", "name", "type", "role"]
+        table = pa.table({**{f: pc.struct_field(flat, f) for f in fields}, "at": np.arange(len(flat))})
+        counted = table.group_by(fields, use_threads=False).aggregate([("at", "min"), ("at", "count")])
+        counted = counted.sort_by("at_min")
+        columns = [counted.column(f).to_pylist() for f in fields] + [counted.column("at_count").to_pylist()]
+        return [(k or "", n or "", t or "", r or "", c) for k, n, t, r, c in zip(*columns, strict=True)]
+
     def records(self, where: str, limit: int | None = None) -> list[Record]:
         """Records matching a filter."""
         return [_row_to_record(row) for row in self.select(where, META_COLUMNS, limit)]

@@ -12,7 +12,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +27,7 @@ from mnemoplan.indexes.journal import Intent, WriteJournal
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
 from mnemoplan.indexes.ledger import UserLedger
 from mnemoplan.indexes.overlays import OverlayWriter
-from mnemoplan.model import EntityMention, Record
+from mnemoplan.model import Record
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ class MemoryStore:
         self._write_lock = threading.RLock()
         self._last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
         self._ledgers: dict[str, UserLedger] = {}
-        self.catalogs = CatalogCache(self._load_mentions)
+        self.catalogs = CatalogCache(self._load_catalog)
         self._writes_since_compact = 0
         self.maintain_every = maintain_every
         self._maintenance_lock = threading.Lock()
@@ -123,11 +122,8 @@ class MemoryStore:
         salt = self.log.user_salt(user_id, create=create)
         return KeyHasher(salt) if salt is not None else None
 
-    def _load_mentions(self, user_id: str) -> Iterator[list[EntityMention]]:
-        for rows in self.log.scan(f"user_id = {sql_str(user_id)}", ["entities"]):
-            for row in rows:
-                if row["entities"]:
-                    yield [EntityMention(**m) for m in row["entities"]]
+    def _load_catalog(self, user_id: str) -> EntityCatalog:
+        return EntityCatalog.from_counts(self.log.mention_counts(user_id))
 
     def catalog(self, user_id: str) -> EntityCatalog:
         """The user's entity catalog."""
