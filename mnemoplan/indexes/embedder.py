@@ -230,6 +230,9 @@ class SentenceEmbedder:
             path = self._resolve_path()
             import torch
 
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # a "Loading weights" bar on stderr, every start
             if self._threads:
                 torch.set_num_threads(self._threads)
             self._batch_threads = torch.get_num_threads()
