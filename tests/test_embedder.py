@@ -13,7 +13,7 @@ TYPES = ["Transformer", "Pooling", "Normalize"]
 
 
 def model_dir(root: Path, *, types: list[str] = TYPES, pooling: str = "pooling_mode_mean_tokens",
-              settings: dict[str, object] | None = None) -> Path:  # fmt: skip
+              settings: dict[str, object] | None = None, config: dict[str, object] | None = None) -> Path:  # fmt: skip
     root.mkdir()
     modules = [{"idx": i, "name": str(i), "path": ["", "1_Pooling", "2_Normalize"][i],
                 "type": f"sentence_transformers.models.{t}"} for i, t in enumerate(types)]  # fmt: skip
@@ -23,6 +23,7 @@ def model_dir(root: Path, *, types: list[str] = TYPES, pooling: str = "pooling_m
     (root / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384, **modes}))
     body = {"max_seq_length": 256, "do_lower_case": False} if settings is None else settings
     (root / "sentence_bert_config.json").write_text(json.dumps(body))
+    (root / "config.json").write_text(json.dumps(config or {"model_type": "bert", "hidden_size": 384}))
     return root
 
 
@@ -39,6 +40,7 @@ def test_a_plain_mean_pooling_model_is_recognised(tmp_path: Path) -> None:
         {"settings": {"max_seq_length": 256, "do_lower_case": True}},
         {"settings": {"do_lower_case": False}},  # no length
         {"settings": {"max_seq_length": 128, "do_lower_case": False, "model_args": {"x": 1}}},
+        {"config": {"model_type": "t5", "is_encoder_decoder": True}},  # its encoder alone is the embedder
     ],
 )
 def test_any_other_model_goes_through_sentence_transformers(tmp_path: Path, variant: dict[str, object]) -> None:

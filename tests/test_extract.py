@@ -98,6 +98,9 @@ def test_a_date_without_a_year_is_the_most_recent_one() -> None:
 def test_29_february_is_a_date_in_every_year() -> None:
     # Without a year it is the last 29 February there was; counting years from it lands on the 28th.
     assert span("born on Feb 29", SAID) == ("2020-02-29", "2020-03-01", "day")
+    # With a year that has none, it is no day (the month is still read).
+    assert [(t.text, t.granularity) for t in find_times("on Feb 29, 2023", SAID)] == []
+    assert [(t.text, t.granularity) for t in find_times("on 29 February 2023", SAID)] == [("February 2023", "month")]
     leap_day = datetime(2024, 2, 29, 12, 0, tzinfo=UTC)
     assert span("a year ago", leap_day) == ("2023-01-01", "2024-01-01", "year")
     assert span("next year", leap_day) == ("2025-01-01", "2026-01-01", "year")

@@ -444,3 +444,22 @@ def test_a_catalog_counted_from_the_log_is_the_one_built_mention_by_mention(serv
 
     assert view(counted) == view(built) and len(built.entities) >= 3
     assert log.mention_counts("nobody") == []
+
+
+@pytest.mark.parametrize("how", ["forget", "drop_user"])
+def test_a_forgotten_name_no_longer_resolves_after_the_catalog_is_rebuilt(tmp_path: Path, how: str) -> None:
+    first = make_service(tmp_path / "data")
+    ids = say(first, "u", "s", ("Ann", "I adopted a greyhound called Pixel"))
+    first.close()
+    svc = make_service(tmp_path / "data")  # the catalog is read from the log on first use
+    try:
+        analyzer = svc.recall_pipeline.analyzer
+        assert [e.known for e in analyzer.resolve_entities("Where is Pixel now?", "u") if e.name == "Pixel"] == [True]
+        if how == "forget":
+            svc.forget(ids=ids, user_id="u")
+        else:
+            svc.forget(user_id="u", scope="user")
+        assert not any(e.known for e in analyzer.resolve_entities("Where is Pixel now?", "u"))
+        assert svc.recall("Where is Pixel now?", user_id="u").items == []
+    finally:
+        svc.close()

@@ -65,6 +65,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("month", re.compile(rf"\b(?:in|during|since|before|after|until|last|this|next)\s+({_MONTHS})\b", re.I)),
     ("year", re.compile(rf"\b(?:in|since|before|after|until|of|during|back in)\s+({_YEAR})\b", re.I)),
 ]
+_DAY_WITH_YEAR = {"iso", "day_month_year", "month_day_year"}
+_DAY_WITHOUT_YEAR = {"day_month", "month_day"}
 _RELATION_BEFORE = re.compile(r"\b(before|until|till|prior to|earlier than|by)\s+$", re.I)
 _RELATION_AFTER = re.compile(r"\b(after|since|from|later than)\s+$", re.I)
 _SEASONS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12), "winter": (12, 15)}
@@ -320,15 +322,20 @@ def find_times(text: str, reference: datetime) -> list[TimeMention]:
     """
     ref = reference if reference.tzinfo else reference.replace(tzinfo=UTC)
     taken: list[tuple[int, int]] = []
+    impossible: list[tuple[int, int]] = []  # dates with a year that has no such day
     out: list[TimeMention] = []
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
             span = (m.start(), m.end())
             if any(a < span[1] and span[0] < b for a, b in taken):
                 continue
+            if kind in _DAY_WITHOUT_YEAR and any(a < span[1] and span[0] < b for a, b in impossible):
+                continue  # "Feb 29" inside "Feb 29, 2023" is not the last 29 February there was
             try:
                 resolved = _resolve(kind, m, ref)
             except (ValueError, IndexError):
+                if kind in _DAY_WITH_YEAR:
+                    impossible.append(span)
                 continue
             if resolved is None:
                 continue

@@ -74,12 +74,14 @@ def plain_mean_pooling(path: str) -> int | None:
             return None
         pooling = json.loads((root / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
         settings = json.loads((root / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        transformer = json.loads((root / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
+    if not isinstance(transformer, dict) or transformer.get("is_encoder_decoder"):
+        return None  # sentence-transformers runs such a model's encoder alone; AutoModel would not
     modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
-    if modes != {"pooling_mode_mean_tokens"} or settings.get("do_lower_case") or set(settings) - {
-        "max_seq_length", "do_lower_case"
-    }:
+    unread = set(settings) - {"max_seq_length", "do_lower_case"}  # e.g. model_args the direct path ignores
+    if modes != {"pooling_mode_mean_tokens"} or settings.get("do_lower_case") or unread:
         return None
     length = settings.get("max_seq_length")
     return int(length) if isinstance(length, int) and length > 0 else None
@@ -229,7 +231,6 @@ class SentenceEmbedder:
         try:
             path = self._resolve_path()
             import torch
-
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()  # a "Loading weights" bar on stderr, every start

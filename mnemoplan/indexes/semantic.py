@@ -40,11 +40,8 @@ class SemanticIndex(SearchIndex):
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query
         floor = float(self.param(req, "min_similarity"))
-        # Load the user's vectors before embedding the query: on a first search the load then
-        # overlaps the model's (0.5 s for 100k records, while the model takes seconds at start).
-        self._log.user_view(req.user_id)
-        rows = self._log.vector_search(
-            req.user_id, req.vector(text), int(self.param(req, "top_k")), kinds=self.param(req, "kinds"),
+        rows = self._log.vector_search(  # the query is embedded once the user's vectors are loaded
+            req.user_id, lambda: req.vector(text), int(self.param(req, "top_k")), kinds=self.param(req, "kinds"),
             project_id=req.project_id or None, after=req.after, before=req.before,
         )  # fmt: skip
         return [Hit(rid, sim, self.name) for rid, sim in rows if sim >= floor]

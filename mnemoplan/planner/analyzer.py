@@ -114,20 +114,22 @@ class QueryAnalyzer:
 
     def __init__(self, catalog: Callable[[str], EntityCatalog]) -> None:
         self._catalog = catalog
-        self._aliases: dict[str, tuple[int, dict[str, str]]] = {}
+        # Per user: the catalog a map was built from, its version then, and the map. A rebuilt
+        # catalog (after a forget) is a new object whose version restarts, so both are compared.
+        self._aliases: dict[str, tuple[EntityCatalog, int, dict[str, str]]] = {}
 
     def _alias_map(self, user_id: str) -> tuple[EntityCatalog, dict[str, str]]:
         """alias key -> entity key, rebuilt when the catalog changes."""
         catalog = self._catalog(user_id)
         cached = self._aliases.get(user_id)
-        if cached is not None and cached[0] == catalog.version and cached[1] is not None:
-            return catalog, cached[1]
+        if cached is not None and cached[0] is catalog and cached[1] == catalog.version:
+            return catalog, cached[2]
         mapping: dict[str, str] = {}
         for key, info in catalog.entities.items():
             mapping.setdefault(key, key)
             for surface in info.aliases:
                 mapping.setdefault(entity_key(surface), key)
-        self._aliases[user_id] = (catalog.version, mapping)
+        self._aliases[user_id] = (catalog, catalog.version, mapping)
         return catalog, mapping
 
     def resolve_entities(self, query: str, user_id: str) -> list[EntityRef]:

@@ -195,10 +195,11 @@ class RecallPipeline:
         else:  # read the best; one forgotten since ranking makes room for the next
             ranked, records, start = [], {}, 0
             while len(ranked) < limit and start < len(order):
-                batch = order[start : start + limit - len(ranked)]
+                batch = order[start : start + max(limit - len(ranked), 8)]
                 start += len(batch)
                 records.update(self.records.get(scope.user_id, [c.id for c in batch]))
                 ranked.extend(c for c in batch if c.id in records)
+            ranked = ranked[:limit]
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
