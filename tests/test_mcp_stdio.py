@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import run_with_client, server_env
 
 TOOLS = {"remember", "recall", "deep_memory_search", "forget", "explain_plan"}
@@ -206,9 +208,14 @@ def test_undecodable_bytes_never_crash_the_server(tmp_path: Path) -> None:
         send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode())
         assert receive()["id"] == 1
         send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
-        # A lone surrogate cannot be decoded; the SDK drops the message. The server must live on.
-        send(call(2, "remember", '{"content":"bad \\ud800 text"}'))
-        assert receive(timeout=2.0) is None
+        # Half of a surrogate pair (text cut inside an emoji) is answered and stored, the half
+        # replaced by U+FFFD; the SDK alone would drop the message and leave the caller waiting.
+        send(call(2, "remember", '{"content":"cut \\ud83d here, and \\\\ud800 is text", "user_id":"raw"}'))
+        stored = receive()
+        assert stored["id"] == 2 and not stored["result"].get("isError")
+        send(call(5, "recall", '{"query":"cut here", "user_id":"raw"}'))
+        texts = [i["text"] for i in receive()["result"]["structuredContent"]["items"]]
+        assert "cut \ufffd here, and \\ud800 is text" in texts
         # Invalid UTF-8 bytes are replaced (U+FFFD) by the transport: stored, findable, nothing lost around them.
         send(call(3, "remember", '{"content":"caf\xe9 \xff\xfe latte", "user_id":"raw"}'))
         stored = receive()
@@ -249,3 +256,22 @@ def test_explain_plan_then_an_edited_plan_runs_exactly_as_given(tmp_path: Path) 
         assert "invalid_plan" in text and "telepathy" in text and "semantic" in text
 
     run_with_client(tmp_path / "data", scenario)
+
+
+@pytest.mark.parametrize(
+    ("line", "repaired"),
+    [
+        (r'{"t":"a \ud83d\ude00 b"}', r'{"t":"a \ud83d\ude00 b"}'),  # a whole pair is kept
+        (r'{"t":"a \ud83d b"}', r'{"t":"a \ufffd b"}'),  # a high half alone
+        (r'{"t":"a \ude00 b"}', r'{"t":"a \ufffd b"}'),  # a low half alone
+        (r'{"t":"\ude00\ud83d"}', r'{"t":"\ufffd\ufffd"}'),  # halves in the wrong order
+        (r'{"t":"\\ud800"}', r'{"t":"\\ud800"}'),  # an escaped backslash, then plain text
+        (r'{"t":"\\\ud800"}', r'{"t":"\\\ufffd"}'),  # an escaped backslash, then a lone half
+        (r'{"t":"\u00e9\"\ud83d"}', r'{"t":"\u00e9\"\ufffd"}'),
+    ],
+)
+def test_lone_surrogate_escapes_are_repaired_and_nothing_else_changes(line: str, repaired: str) -> None:
+    from mnemoplan.server.stdio import repair_lone_surrogates
+
+    assert repair_lone_surrogates(line) == repaired
+    json.loads(repaired).get("t").encode("utf-8")  # valid UTF-8 once parsed

@@ -65,7 +65,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.transport == "http":
         app.run("streamable-http", host=settings.http_host, port=settings.http_port)
     else:
-        app.run("stdio")
+        import anyio
+
+        from mnemoplan.server.stdio import serve_stdio
+
+        anyio.run(serve_stdio, app)
     return 0
 
 
