@@ -463,3 +463,25 @@ def test_a_forgotten_name_no_longer_resolves_after_the_catalog_is_rebuilt(tmp_pa
         assert svc.recall("Where is Pixel now?", user_id="u").items == []
     finally:
         svc.close()
+
+
+def test_a_record_added_while_a_catalog_is_read_is_not_missed() -> None:
+    from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
+    from mnemoplan.model import EntityMention
+
+    log: list[list[EntityMention]] = [[EntityMention(key="ann", name="Ann", role="speaker")]]
+    pixel = [EntityMention(key="pixel", name="Pixel", role="mention")]
+    cache: CatalogCache
+
+    def read(user_id: str) -> EntityCatalog:
+        catalog = EntityCatalog()
+        for mentions in list(log):
+            catalog.add(mentions)
+        if len(log) == 1:  # a write lands after this read passed its place in the log
+            log.append(pixel)
+            cache.add(user_id, pixel)
+        return catalog
+
+    cache = CatalogCache(read)
+    assert set(cache.get("u").entities) == {"ann", "pixel"}
+    assert cache.get("u").entities["pixel"].mentions == 1

@@ -83,12 +83,18 @@ class EntityCatalog:
 
 
 class CatalogCache:
-    """Lazily built catalogs of every user, with a loader that reads the log."""
+    """Lazily built catalogs of every user, with a loader that reads the log.
+
+    A record added while a user's catalog is being read from the log may be missed by the
+    read (and, the catalog not being cached yet, by ``add``): such a read is done again.
+    """
 
     def __init__(self, loader: Callable[[str], EntityCatalog]) -> None:
         self._loader = loader
         self._catalogs: dict[str, EntityCatalog] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one load at a time
+        self._state = threading.Lock()  # a leaf lock over _catalogs and _changes
+        self._changes: dict[str, int] = {}
 
     def get(self, user_id: str) -> EntityCatalog:
         """The user's catalog, built from the log the first time."""
@@ -97,16 +103,28 @@ class CatalogCache:
             return catalog
         with self._lock:
             catalog = self._catalogs.get(user_id)
-            if catalog is None:
-                catalog = self._catalogs[user_id] = self._loader(user_id)
-        return catalog
+            if catalog is not None:
+                return catalog
+            for _ in range(3):
+                with self._state:
+                    seen = self._changes.get(user_id, 0)
+                catalog = self._loader(user_id)
+                with self._state:
+                    if self._changes.get(user_id, 0) == seen:
+                        self._catalogs[user_id] = catalog
+                        return catalog
+            return catalog  # still changing: this read serves the call, the next use reads again
 
     def add(self, user_id: str, mentions: list[EntityMention]) -> None:
         """Update a loaded catalog with a new record's mentions (unloaded ones load later)."""
-        catalog = self._catalogs.get(user_id)
-        if catalog is not None and mentions:
-            catalog.add(mentions)
+        with self._state:
+            self._changes[user_id] = self._changes.get(user_id, 0) + 1
+            catalog = self._catalogs.get(user_id)
+            if catalog is not None and mentions:
+                catalog.add(mentions)
 
     def invalidate(self, user_id: str) -> None:
         """Drop a user's catalog; the next use rebuilds it from the log."""
-        self._catalogs.pop(user_id, None)
+        with self._state:
+            self._changes[user_id] = self._changes.get(user_id, 0) + 1
+            self._catalogs.pop(user_id, None)
