@@ -212,6 +212,7 @@ class SentenceEmbedder:
         # them on a 2-core machine (query embedding 5 ms -> 11 ms, measured).
         self._torch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-torch")
         self._torch.submit(self._load)
+        self._torch.submit(self._warm_up)
 
     def _resolve_path(self) -> str:
         if self.name in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}"):
@@ -279,33 +280,45 @@ class SentenceEmbedder:
             )
         return self._model
 
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        """One forward pass, on the torch thread.
+
+        A query or a single message runs on one core: other signals of the same recall
+        run on the other one, and a two-thread forward pass stalls whenever a core is
+        taken. Small batches stay on one thread too: switching torch's thread count
+        between calls is what costs (one message of three sentences: p50 15 -> 11 ms,
+        p95 830 -> 22 ms once it no longer alternates with one-text queries).
+        """
+        torch = sys.modules["torch"]
+        want = 1 if len(texts) <= SMALL_BATCH else self._batch_threads
+        if torch.get_num_threads() != want:
+            torch.set_num_threads(want)
+        with self._autocast() if self._autocast else contextlib.nullcontext():
+            if self._direct is not None:
+                return self._direct(texts)
+            return self._model.encode(
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+
+    def _warm_up(self) -> None:
+        """A first pass right after loading: the first one is slow (~30 ms, against 7-10 ms
+        after), and would otherwise fall on the first query."""
+        if self._model is None:
+            return
+        try:
+            self._forward(["warm up"])
+        except Exception:  # the first real call reports a broken model
+            log.debug("embedding warm-up failed", exc_info=True)
+
     def embed(self, texts: list[str]) -> np.ndarray:
-        model = self._require()
+        self._require()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-
-        def forward() -> np.ndarray:
-            # A query or a single message runs on one core: other signals of the same recall
-            # run on the other one, and a two-thread forward pass stalls whenever a core is
-            # taken. Small batches stay on one thread too: switching torch's thread count
-            # between calls is what costs (one message of three sentences: p50 15 -> 11 ms,
-            # p95 830 -> 22 ms once it no longer alternates with one-text queries).
-            torch = sys.modules["torch"]
-            want = 1 if len(texts) <= SMALL_BATCH else self._batch_threads
-            if torch.get_num_threads() != want:
-                torch.set_num_threads(want)
-            with self._autocast() if self._autocast else contextlib.nullcontext():
-                if self._direct is not None:
-                    return self._direct(texts)
-                return model.encode(
-                    texts,
-                    batch_size=self._batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
-
-        vectors = self._torch.submit(forward).result()
+        vectors = self._torch.submit(self._forward, texts).result()
         return _normalise(np.asarray(vectors, dtype=np.float32))
 
     def clear_cache(self) -> None:
