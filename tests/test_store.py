@@ -401,6 +401,24 @@ def test_a_log_left_in_small_fragments_is_compacted_in_the_background_when_opene
         svc.close()
 
 
+def test_fragments_a_compaction_could_not_merge_do_not_call_for_another_at_start(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemoplan.indexes.lance_log import LanceLog
+    from mnemoplan.indexes.store import FRAGMENTS_TO_COMPACT
+
+    say(service, "u", "s", ("Ann", "a note about the garden"))
+    store = service.store
+    stuck = FRAGMENTS_TO_COMPACT * 3  # as many as a large log keeps through every compaction
+    monkeypatch.setattr(LanceLog, "small_fragments", lambda self: stuck)
+    assert store.log.fragments_to_compact() == stuck  # never maintained: all of them count
+    store.maintain()
+    assert store.log.fragments_to_compact() == 0
+    assert not store.maintain_if_fragmented()
+    monkeypatch.setattr(LanceLog, "small_fragments", lambda self: stuck + FRAGMENTS_TO_COMPACT)
+    assert store.maintain_if_fragmented()  # new ones did pile up since
+
+
 def test_a_job_refused_by_a_shut_down_writer_does_not_block_later_flushes(service: MemoryService) -> None:
     overlays = service.store.overlays
     overlays._executor.shutdown(wait=True)  # what close() or the interpreter's exit leaves behind

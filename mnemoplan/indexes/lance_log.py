@@ -153,6 +153,7 @@ class LanceLog:
         self._rewrite_lock = threading.Lock()
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         path.mkdir(parents=True, exist_ok=True)
+        self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
         self._db = lancedb.connect(str(path))
         self._ann_min_rows = ann_min_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
@@ -395,12 +396,29 @@ class LanceLog:
                 except RuntimeError as exc:  # a commit conflict is retryable; anything else is not
                     if "conflict" not in str(exc).lower() or attempt == 2:
                         raise
+        left = {"small_fragments_left": self.small_fragments()}
+        scratch = self._maintained.with_suffix(".tmp")
+        scratch.write_text(json.dumps(left), encoding="utf-8")
+        scratch.replace(self._maintained)
 
     def small_fragments(self) -> int:
         """How many small fragments the log holds (each small append or update leaves one)."""
         if self._table is None:
             return 0
         return int(self._table.stats()["fragment_stats"]["num_small_fragments"])
+
+    def fragments_to_compact(self) -> int:
+        """Small fragments beyond those the last maintenance left.
+
+        Compaction does not merge fragments covered by different deltas of the vector index
+        (a 100k-record log kept 56 through every compaction): without this, each start of
+        such a store ran a compaction that changed nothing.
+        """
+        try:
+            left = int(json.loads(self._maintained.read_text(encoding="utf-8"))["small_fragments_left"])
+        except (OSError, ValueError, KeyError, TypeError):
+            left = 0
+        return max(0, self.small_fragments() - left)
 
     # -- reads -------------------------------------------------------------------------
 
