@@ -275,3 +275,24 @@ def test_lone_surrogate_escapes_are_repaired_and_nothing_else_changes(line: str,
 
     assert repair_lone_surrogates(line) == repaired
     json.loads(repaired).get("t").encode("utf-8")  # valid UTF-8 once parsed
+
+
+def test_a_large_remember_reports_progress_to_a_caller_that_asks(tmp_path: Path) -> None:
+    heard: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total))
+
+    async def scenario(client: Any) -> None:
+        messages = [{"content": f"Entry {i}: the tomatoes on bed {i} need water and some shade today",
+                     "speaker": "Ann"} for i in range(400)]  # fmt: skip
+        result = await client.call_tool("remember", {"messages": messages, "user_id": "p", "session_id": "s"},
+                                        progress_callback=on_progress)  # fmt: skip
+        assert not result.is_error and result.structured_content["stored"] == 400
+        quiet = await client.call_tool("remember", {"content": "one more note about the shade", "user_id": "p"})
+        assert not quiet.is_error  # no token, no notifications
+
+    run_with_client(tmp_path / "data", scenario)
+    assert len(heard) >= 2  # several slices of sentences
+    assert [p for p, _ in heard] == sorted(p for p, _ in heard)
+    assert heard[-1][0] == heard[-1][1]  # the last report says all of them

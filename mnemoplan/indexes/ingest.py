@@ -30,6 +30,8 @@ from mnemoplan.model import Record
 log = logging.getLogger(__name__)
 
 IMPORTANCE = {"message": 0.5, "fact": 0.7, "procedure": 0.7, "episode": 0.6}
+Progress = Callable[[int, int], None]  # (done, total)
+PROGRESS_SLICE = 256  # sentences embedded between two progress reports (~1.5 s here)
 
 
 @dataclass
@@ -94,8 +96,12 @@ class Ingestor:
         self.embed = embed
         self.config = config or IngestConfig()
 
-    def embed_records(self, records: list[Record]) -> np.ndarray:
-        """One vector per record: the normalised mean of its sentences' embeddings."""
+    def embed_records(self, records: list[Record], progress: Progress | None = None) -> np.ndarray:
+        """One vector per record: the normalised mean of its sentences' embeddings.
+
+        With ``progress``, the sentences are embedded a slice at a time and each slice is
+        reported (done, total); without, in one call.
+        """
         texts: list[str] = []
         owner: list[int] = []
         for i, rec in enumerate(records):
@@ -103,7 +109,14 @@ class Ingestor:
             for sentence in split_sentences(rec.text, min_words=4):
                 texts.append(prefix + sentence)
                 owner.append(i)
-        vectors = self.embed(texts)
+        if progress is None or len(texts) <= PROGRESS_SLICE:
+            vectors = self.embed(texts)
+        else:
+            parts = []
+            for start in range(0, len(texts), PROGRESS_SLICE):
+                parts.append(self.embed(texts[start : start + PROGRESS_SLICE]))
+                progress(min(start + PROGRESS_SLICE, len(texts)), len(texts))
+            vectors = np.concatenate(parts)
         sums = np.zeros((len(records), vectors.shape[1]), dtype=np.float32)
         np.add.at(sums, np.asarray(owner), vectors)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
@@ -187,9 +200,13 @@ class Ingestor:
         return keep, supersede, reinforce
 
     def ingest(
-        self, user_id: str, memories: list[NewMemory], *, session_id: str = "", project_id: str = ""
+        self, user_id: str, memories: list[NewMemory], *, session_id: str = "", project_id: str = "",
+        progress: Progress | None = None,
     ) -> IngestResult:
-        """Store new memories of one user (in order), skipping repeats, then derive facts and episodes."""
+        """Store new memories of one user (in order), skipping repeats, then derive facts and episodes.
+
+        ``progress`` hears of the embedding (most of the time of a large call), in sentences.
+        """
         ids, fresh, duplicates = self._message_records(user_id, memories, session_id, project_id)
         if not fresh:
             return IngestResult(ids, [], duplicates)
@@ -201,7 +218,7 @@ class Ingestor:
         except Exception:
             log.exception("the session summary could not be made; the messages are stored")
             warnings.append("the session summary could not be refreshed (the messages are stored)")
-        vectors = self.embed_records(fresh + facts)
+        vectors = self.embed_records(fresh + facts, progress)
         n = len(fresh)
         fact_vectors = vectors[n:]
         keep, supersede, reinforce = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])

@@ -144,12 +144,19 @@ def register_tools(mcp: MCPServer) -> None:
                                                  "(with an LLM configured; otherwise every 10 messages).")] = False,
     ) -> RememberResult:
         """Store messages or facts for a user, losslessly, and index them. Repeats are not stored twice."""
+
+        def progress(done: int, total: int) -> None:  # from the worker thread; a no-op unless the caller asked
+            try:
+                anyio.from_thread.run(ctx.report_progress, done, total, f"embedded {done} of {total} sentences")
+            except Exception:  # a report that cannot be sent must not cost the memories
+                log.debug("a progress report could not be sent", exc_info=True)
+
         return await call_service(
             ctx,
             lambda s: s.remember(
                 content=content, messages=messages, user_id=user_id, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
-                flush=flush,
+                flush=flush, progress=progress,
             ),  # fmt: skip
         )
 

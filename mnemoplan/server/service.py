@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge
 from mnemoplan.indexes.embedder import Embedder
-from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory
+from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.indexes.lance_log import sql_in, sql_str
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.indexes.search_log import SearchLog
@@ -149,8 +149,11 @@ class MemoryService:
         speaker: str | None = None,
         metadata: dict[str, Any] | None = None,
         flush: bool = False,
+        progress: Progress | None = None,
     ) -> RememberResult:
         """Store one text or a list of messages, losslessly, skipping exact repeats.
+
+        ``progress(done, total)`` hears how the embedding of a large call goes, in sentences.
 
         Raises:
             InvalidInput: neither or both of content and messages; bad text or ids.
@@ -185,7 +188,7 @@ class MemoryService:
                     metadata={**(metadata or {}), **(msg.metadata or {})},
                 )
             )
-        result = self.ingestor.ingest(user, memories, session_id=session, project_id=project)
+        result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
         if self.extraction is not None:
             new = [r.id for r in result.stored if r.kind == "message"]
             self.extraction.note(user, session, new, flush=flush)
