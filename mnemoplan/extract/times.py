@@ -315,6 +315,10 @@ def _resolve(kind: str, m: re.Match[str], ref: datetime) -> tuple[datetime, date
     return None
 
 
+def _overlaps(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    return any(a < span[1] and span[0] < b for a, b in spans)
+
+
 def find_times(text: str, reference: datetime) -> list[TimeMention]:
     """Every time expression in ``text``, resolved against ``reference``, in order.
 
@@ -327,9 +331,9 @@ def find_times(text: str, reference: datetime) -> list[TimeMention]:
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
             span = (m.start(), m.end())
-            if any(a < span[1] and span[0] < b for a, b in taken):
+            if _overlaps(span, taken):
                 continue
-            if kind in _DAY_WITHOUT_YEAR and any(a < span[1] and span[0] < b for a, b in impossible):
+            if kind in _DAY_WITHOUT_YEAR and _overlaps(span, impossible):
                 continue  # "Feb 29" inside "Feb 29, 2023" is not the last 29 February there was
             try:
                 resolved = _resolve(kind, m, ref)

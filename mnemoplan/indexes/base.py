@@ -18,6 +18,11 @@ from mnemoplan.model import IndexDescriptor, ParamSpec, QueryAnalysis
 TOP_K_MAX = 1000
 
 
+def widened(top_k: Any, factor: int) -> int:
+    """A step's ``top_k`` multiplied by ``factor``, never past TOP_K_MAX."""
+    return min(TOP_K_MAX, int(top_k) * factor)
+
+
 def top_k_param(default: int, description: str = "How many records to return.") -> ParamSpec:
     """The ``top_k`` parameter every index takes, bounded to 1..TOP_K_MAX."""
     return ParamSpec(name="top_k", type="integer", default=default, description=description,

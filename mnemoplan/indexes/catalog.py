@@ -48,20 +48,22 @@ class EntityCatalog:
         self.entities: dict[str, EntityInfo] = {}
         self.version = 0
 
+    def _count(self, key: str, name: str, type_: str, role: str, n: int) -> None:
+        info = self.entities.get(key)
+        if info is None:
+            info = self.entities[key] = EntityInfo(key)
+        info.surfaces[name] += n
+        if type_:
+            info.types[type_] += n
+        info.mentions += n
+        if role == "speaker":
+            info.spoke += n
+
     def add(self, mentions: Iterable[EntityMention]) -> None:
         """Count the mentions of one record."""
         for m in mentions:
-            info = self.entities.get(m.key)
-            if info is None:
-                info = self.entities[m.key] = EntityInfo(m.key)
-            info.surfaces[m.name] += 1
-            if m.type:
-                info.types[m.type] += 1
-            info.mentions += 1
-            if m.role == "speaker":
-                info.spoke += 1
+            self._count(m.key, m.name, m.type, m.role, 1)
         self.version += 1
-
 
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]]) -> EntityCatalog:
@@ -69,15 +71,7 @@ class EntityCatalog:
         first mention (the order decides ties between an entity's names)."""
         catalog = cls()
         for key, name, type_, role, n in counts:
-            info = catalog.entities.get(key)
-            if info is None:
-                info = catalog.entities[key] = EntityInfo(key)
-            info.surfaces[name] += n
-            if type_:
-                info.types[type_] += n
-            info.mentions += n
-            if role == "speaker":
-                info.spoke += n
+            catalog._count(key, name, type_, role, n)
         catalog.version += 1
         return catalog
 
@@ -94,7 +88,7 @@ class CatalogCache:
         self._catalogs: dict[str, EntityCatalog] = {}
         self._lock = threading.Lock()  # one load at a time
         self._state = threading.Lock()  # a leaf lock over _catalogs and _changes
-        self._changes: dict[str, int] = {}
+        self._changes: Counter[str] = Counter()  # writes and invalidations per user
 
     def get(self, user_id: str) -> EntityCatalog:
         """The user's catalog, built from the log the first time."""
@@ -107,10 +101,10 @@ class CatalogCache:
                 return catalog
             for _ in range(3):
                 with self._state:
-                    seen = self._changes.get(user_id, 0)
+                    seen = self._changes[user_id]
                 catalog = self._loader(user_id)
                 with self._state:
-                    if self._changes.get(user_id, 0) == seen:
+                    if self._changes[user_id] == seen:
                         self._catalogs[user_id] = catalog
                         return catalog
             return catalog  # still changing: this read serves the call, the next use reads again
@@ -118,7 +112,7 @@ class CatalogCache:
     def add(self, user_id: str, mentions: list[EntityMention]) -> None:
         """Update a loaded catalog with a new record's mentions (unloaded ones load later)."""
         with self._state:
-            self._changes[user_id] = self._changes.get(user_id, 0) + 1
+            self._changes[user_id] += 1
             catalog = self._catalogs.get(user_id)
             if catalog is not None and mentions:
                 catalog.add(mentions)
@@ -126,5 +120,5 @@ class CatalogCache:
     def invalidate(self, user_id: str) -> None:
         """Drop a user's catalog; the next use rebuilds it from the log."""
         with self._state:
-            self._changes[user_id] = self._changes.get(user_id, 0) + 1
+            self._changes[user_id] += 1
             self._catalogs.pop(user_id, None)

@@ -231,7 +231,7 @@ class LanceLog:
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_v, dim))
         written = pa.Table.from_arrays(arrays, schema=_schema(dim))
         table.add(written)
-        if any(self.cache.holds_whole(r.user_id) for r in records):  # read back as a read would give them
+        if any(self.cache.holds_whole(u) for u in {r.user_id for r in records}):  # read back as a read would
             self.cache.put_new([_row_to_record(row) for row in written.select(META_COLUMNS).to_pylist()])
         for user_id in {r.user_id for r in records}:
             rows = [i for i, r in enumerate(records) if r.user_id == user_id]

@@ -9,7 +9,7 @@ it are searched in LanceDB, through its ANN index.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
@@ -237,7 +237,7 @@ class VectorCache:
         # a load that started before one must not be cached (it may miss rows appended
         # meanwhile, or hold rows deleted meanwhile).
         self._epoch = 0
-        self._changes: dict[str, int] = {}
+        self._changes: Counter[str] = Counter()
 
     def get(self, user_id: str) -> UserVectors | None:
         """The user's rows if cached."""
@@ -250,13 +250,13 @@ class VectorCache:
     def generation(self, user_id: str) -> tuple[int, int]:
         """Read before loading a user's rows; pass it to ``put``."""
         with self._lock:
-            return self._epoch, self._changes.get(user_id, 0)
+            return self._epoch, self._changes[user_id]
 
     def put(self, user_id: str, entry: UserVectors, generation: tuple[int, int]) -> None:
         """Cache a user's rows, loaded whole from the log, unless they changed since
         ``generation`` was read (the load may then be stale; the next one will not be)."""
         with self._lock:
-            if generation != (self._epoch, self._changes.get(user_id, 0)):
+            if generation != (self._epoch, self._changes[user_id]):
                 return
             self._users[user_id] = entry
             self._users.move_to_end(user_id)
@@ -268,7 +268,7 @@ class VectorCache:
     def extend(self, user_id: str, more: UserVectors) -> None:
         """Append new rows to a cached user (an uncached user loads them later)."""
         with self._lock:
-            self._changes[user_id] = self._changes.get(user_id, 0) + 1
+            self._changes[user_id] += 1
             entry = self._users.get(user_id)
             if entry is None:
                 return
@@ -291,7 +291,7 @@ class VectorCache:
             if user_id is None:
                 self._epoch += 1
             else:
-                self._changes[user_id] = self._changes.get(user_id, 0) + 1
+                self._changes[user_id] += 1
             for owner in [user_id] if user_id is not None else list(self._users):
                 entry = self._users.get(owner)
                 patched = entry.with_superseded(rid, by_id) if entry is not None else None
@@ -306,5 +306,5 @@ class VectorCache:
                 self._epoch += 1
                 self._users.clear()
             else:
-                self._changes[user_id] = self._changes.get(user_id, 0) + 1
+                self._changes[user_id] += 1
                 self._users.pop(user_id, None)

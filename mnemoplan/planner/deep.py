@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from mnemoplan.errors import InvalidPlan, LLMError
-from mnemoplan.indexes.base import TOP_K_MAX
+from mnemoplan.indexes.base import widened
 from mnemoplan.model import (
     DeepSearchResult,
     DeepSearchStats,
@@ -107,7 +107,7 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
     for step in base.steps:
         params = dict(step.params)
         if "top_k" in params and step.index in ("bm25", "semantic"):
-            params["top_k"] = min(TOP_K_MAX, int(params["top_k"]) * config.widen)
+            params["top_k"] = widened(params["top_k"], config.widen)
         if step.index == "entity_graph" and "entity_type" not in params:
             params["hops"] = 2  # thoroughness over recall's milliseconds
         weight = config.weights.get(step.index, step.weight)

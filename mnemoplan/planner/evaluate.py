@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from mnemoplan.indexes.base import TOP_K_MAX
+from mnemoplan.indexes.base import widened
 from mnemoplan.model import MemoryItem, PlanStep, QueryAnalysis, QueryPlan
 from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.fingerprint import plan_fingerprint
@@ -152,7 +152,7 @@ def revise(plan: QueryPlan, evaluation: Evaluation, items: list[MemoryItem], tri
     temporal = [s for s in plan.steps if s.index == "temporal" and not s.params.get("dated_only")]
     if temporal:
         candidates.append(("drop the time filter", [s for s in plan.steps if s not in temporal]))
-    wider = [s.model_copy(update={"params": {**s.params, "top_k": min(TOP_K_MAX, int(s.params["top_k"]) * 2)}})
+    wider = [s.model_copy(update={"params": {**s.params, "top_k": widened(s.params["top_k"], 2)}})
              if "top_k" in s.params and s.index in ("bm25", "semantic") else s for s in plan.steps]  # fmt: skip
     candidates.append(("widen candidate lists", wider))
     extra = _expansion_terms(plan.query, items)

@@ -192,17 +192,24 @@ class RecallPipeline:
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
         if heads is None:
             ranked, records = order[:limit], rows
-        else:  # read the best; one forgotten since ranking makes room for the next
-            ranked, records, start = [], {}, 0
-            while len(ranked) < limit and start < len(order):
-                batch = order[start : start + max(limit - len(ranked), 8)]
-                start += len(batch)
-                records.update(self.records.get(scope.user_id, [c.id for c in batch]))
-                ranked.extend(c for c in batch if c.id in records)
-            ranked = ranked[:limit]
+        else:
+            ranked, records = self._read_best(order, scope.user_id, limit)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
+
+    def _read_best(self, order: list[Candidate], user_id: str, limit: int) -> tuple[list[Candidate], dict[str, Record]]:
+        """The records of the best ``limit`` candidates; one forgotten since ranking makes room
+        for the next (read at least 8 at a time, so many gone at once cost few reads)."""
+        ranked: list[Candidate] = []
+        records: dict[str, Record] = {}
+        start = 0
+        while len(ranked) < limit and start < len(order):
+            batch = order[start : start + max(limit - len(ranked), 8)]
+            start += len(batch)
+            records.update(self.records.get(user_id, [c.id for c in batch]))
+            ranked.extend(c for c in batch if c.id in records)
+        return ranked[:limit], records
 
     def with_options(self, options: RecallOptions | None) -> tuple[RecallConfig, list[str] | None, bool]:
         """Recall's config with a call's overrides; and the kinds to rank, and whether only current facts.
