@@ -77,6 +77,16 @@ def test_a_forget_keeps_other_users_vectors_in_memory_and_their_rows_untouched(s
     assert set(log.get("v", theirs)) == set(theirs)
 
 
+def test_word_rarity_comes_from_the_users_own_documents(service: MemoryService) -> None:
+    said = ["I love the lake", "The lake was cold", "We rowed on the lake at dawn", "My kayak is red"]
+    service.remember(messages=[MessageIn(content=t) for t in said], user_id="u", session_id="s")
+    service.remember(messages=[MessageIn(content="kayak kayak kayak")], user_id="other", session_id="s")
+    lake, kayak, the, colon, unseen = service.store.bm25.word_idf("u", ["lake", "Kayak", "the", ":", "volcano"])
+    assert the == 0.0 and colon == 0.0  # words the index ignores carry nothing
+    assert 0.0 < lake < kayak < unseen  # the rarer in this user's memory, the heavier
+    assert service.store.bm25.word_idf("nobody", ["lake"])[0] > 0.0  # no index yet: nothing is common
+
+
 def test_forget_removes_derived_records(service: MemoryService) -> None:
     ids = say(service, "u", "s", ("Ann", "I adopted a greyhound called Pixel"))
     fact = service.ingestor.ingest(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import shutil
 import threading
 from collections import OrderedDict
@@ -260,6 +261,26 @@ class BM25Index:
         for term in self._analyzer.analyze(text):
             seen.setdefault(term, None)
         return list(seen)
+
+    def word_idf(self, user_id: str, words: list[str]) -> list[float]:
+        """How rare each word is among a user's documents: BM25's idf, ``ln((N + 1) / (df + 0.5))``
+        over its index term(s), 0 for a word the index ignores (a stop word, punctuation).
+
+        A word no document holds gets the highest weight, as it should for the reader of the
+        weights: it is the part of the query that only a match in meaning can find.
+        """
+        handle = self._handle(user_id, create=False)
+        searcher = handle.index.searcher() if handle is not None else None
+        n = searcher.num_docs if searcher is not None else 0
+        out: list[float] = []
+        for word in words:
+            terms = self.terms(word)
+            if not terms:
+                out.append(0.0)
+                continue
+            df = max(searcher.doc_freq("body", t) for t in terms) if searcher is not None else 0
+            out.append(max(math.log((n + 1) / (df + 0.5)), 0.0))
+        return out
 
     def search(
         self,
