@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     deep_recency_weight: float = Field(0.10, ge=0.0, description="Weight of the recency prior in deep search.")
     deep_recency_half_life_days: float = Field(90.0, gt=0)
     deep_rerank_deadline_s: float = Field(8.0, gt=0, description="Past this, deep search keeps its own order.")
+    deep_token_rerank: float = Field(
+        0.35, ge=0.0,
+        description="Weight of deep search's token-level re-scoring with the embedding model, used when "
+        "neither an LLM nor a cross-encoder reranks (0: off).",
+    )  # fmt: skip
 
     # LLM (optional)
     anthropic_api_key: SecretStr | None = Field(

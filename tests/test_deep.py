@@ -112,6 +112,24 @@ def test_rules_only_deep_search_reports_plans_steps_and_stats(service: MemorySer
     assert len(fingerprints) == len(set(fingerprints))  # never the same plan twice
 
 
+def test_without_an_llm_deep_search_re_scores_token_by_token(tmp_path: Path) -> None:
+    question = "Where does Ben's sister teach chemistry?"
+    on = make_service(tmp_path / "on")
+    off = make_service(tmp_path / "off", deep_token_rerank=0.0)
+    try:
+        for svc in (on, off):
+            seed(svc)
+        result, plain = on.deep_search(question, user_id="u"), off.deep_search(question, user_id="u")
+        assert result.items and all("token_match" in i.scores for i in result.items)
+        assert "rerank" in result.stats.durations_ms and not result.warnings
+        assert [i.score for i in result.items] == sorted((i.score for i in result.items), reverse=True)
+        assert sorted(i.text for i in result.items) == sorted(i.text for i in plain.items)  # reordered, not refound
+        assert not any("token_match" in i.scores for i in plain.items)
+    finally:
+        on.close()
+        off.close()
+
+
 def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None:
     seed(service)
     result = service.deep_search("Which orchestra instrument does Ann rehearse on Thursdays?", user_id="u")

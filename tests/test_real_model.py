@@ -31,6 +31,14 @@ def test_the_bundled_model_finds_a_paraphrase_offline(tmp_path: Path, monkeypatc
         assert hits[0].text == "I adopted a small dog from the shelter on Saturday"
         found = service.recall("Which pet joined the family?", user_id="u", limit=1)
         assert found.items[0].text == "I adopted a small dog from the shelter on Saturday"
+        deep = service.deep_search("Which pet joined the family?", user_id="u")
+        assert deep.items[0].text == "I adopted a small dog from the shelter on Saturday"
+        assert all("token_match" in item.scores for item in deep.items)  # re-scored token by token
+        text = "Caroline's kickboxing class"
+        tokens = service.embedder.token_vectors([text])[0]
+        assert len(tokens.vectors) == len(tokens.words)
+        assert np.allclose(np.linalg.norm(tokens.vectors, axis=1), 1.0, atol=1e-3)
+        assert {text[a:b] for a, b in tokens.words} >= {"Caroline", "kickboxing", "class"}  # wordpieces -> words
     finally:
         service.close()
 

@@ -17,7 +17,8 @@ from mnemoplan.errors import Unavailable
 from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
 from mnemoplan.model import MemoryItem
 from mnemoplan.planner.llm import LLMClient
-from mnemoplan.planner.rerank import CrossEncoderReranker, LLMReranker, RerankOutcome, blend
+from mnemoplan.indexes.embedder import HashEmbedder
+from mnemoplan.planner.rerank import CrossEncoderReranker, LateInteractionReranker, LLMReranker, RerankOutcome, blend
 from tests.llm_server import LoopbackMessagesServer as Server
 from tests.llm_server import Reply, llm_server  # noqa: F401
 
@@ -211,3 +212,56 @@ def test_cross_encoder_with_a_missing_model_is_unavailable(tmp_path: Path) -> No
             reranker.rerank("q", make_items(2), deadline_s=1)
     finally:
         reranker.close()
+
+
+def token_items(*texts: str) -> list[MemoryItem]:
+    start = datetime(2023, 5, 1, tzinfo=UTC)
+    return [MemoryItem(id=f"m{k}", kind="message", text=t, occurred_at=start, score=round(1.0 - k / 10, 2))
+            for k, t in enumerate(texts)]  # fmt: skip
+
+
+def rarity(table: dict[str, float]) -> Callable[[str, list[str]], list[float]]:
+    return lambda user_id, words: [table.get(w.lower(), 0.0) for w in words]
+
+
+def test_token_rerank_lets_the_rare_words_of_the_query_decide() -> None:
+    # One token per word (the hash embedder): a word matches itself and nothing else.
+    items = token_items("Ann said hello to Ann", "we went to the market", "Ann and Ann again", "nothing here")
+    reranker = LateInteractionReranker(
+        HashEmbedder(64).token_vectors, rarity({"market": 3.0, "ann": 0.2}), weight=1.0
+    )  # fmt: skip
+    outcome = reranker.rerank("What did Ann buy at the market?", items, deadline_s=5, user_id="u")
+    assert [i.id for i in outcome.items][0] == "m1"  # "market", the rare word, outweighs a common name
+    assert sorted(i.id for i in outcome.items) == ["m0", "m1", "m2", "m3"]
+    assert [i.score for i in outcome.items] == [1.0, 0.9, 0.8, 0.7]  # the slots keep their scores
+    assert all("token_match" in i.scores for i in outcome.items)
+
+
+def test_token_rerank_weight_zero_and_short_lists_keep_the_order() -> None:
+    items = token_items("a market", "the market", "markets")
+    idf = rarity({"market": 3.0})
+    embed = HashEmbedder(64).token_vectors
+    assert LateInteractionReranker(embed, idf, weight=0.0).rerank("market", items, deadline_s=5).items == items
+    assert LateInteractionReranker(embed, idf).rerank("market", items[:1], deadline_s=5).items == items[:1]
+    # Only the first `depth` items are re-scored; the rest stay where they were.
+    deep = LateInteractionReranker(embed, idf, weight=5.0, depth=2)
+    outcome = deep.rerank("markets", items, deadline_s=5)
+    assert outcome.items[2] == items[2] and "token_match" not in outcome.items[2].scores
+
+
+def test_token_rerank_without_token_vectors_keeps_the_order_and_says_so() -> None:
+    def unavailable(texts: list[str]) -> list[Any]:
+        raise Unavailable("The embedding model is still loading.")
+
+    items = token_items("one", "two")
+    outcome = LateInteractionReranker(unavailable, rarity({})).rerank("one", items, deadline_s=5)
+    assert outcome.items == items
+    assert outcome.notes == ["token rerank skipped: The embedding model is still loading."]
+
+
+def test_token_rerank_past_its_deadline_keeps_the_order() -> None:
+    items = token_items("a market", "the market stall")
+    outcome = LateInteractionReranker(HashEmbedder(64).token_vectors, rarity({"stall": 3.0}), weight=9.0).rerank(
+        "stall", items, deadline_s=0.0
+    )  # fmt: skip
+    assert outcome.items == items and outcome.timed_out

@@ -340,14 +340,15 @@ class DeepSearch:
         # depend on the queries before it (LoCoMo deep R@10 79.8 with that cache, 80.2 without).
         if evaluation is not None and evaluation.sufficient and plan_fingerprint(run.plans[-1]) in run.llm_plans:
             self._remember_plan(analysis, run.plans[-1])
-        items = self._rerank(query, items, run)[:max_results]
+        items = self._rerank(query, scope.user_id, items, run)[:max_results]
         return self._result(query, scope, items, evaluation, run, started)
 
-    def _rerank(self, query: str, items: list[MemoryItem], run: _Run) -> list[MemoryItem]:
+    def _rerank(self, query: str, user_id: str, items: list[MemoryItem], run: _Run) -> list[MemoryItem]:
         if self.llm.reranker is None or not items:
             return items
         t0 = time.perf_counter()
-        outcome = self.llm.reranker.rerank(query, items, deadline_s=self.config.rerank_deadline_s)
+        deadline = self.config.rerank_deadline_s
+        outcome = self.llm.reranker.rerank(query, items, deadline_s=deadline, user_id=user_id)
         run.time("rerank", t0)
         run.charge(outcome.usage)
         run.rerank_fallbacks += outcome.fallbacks

@@ -282,7 +282,9 @@ class RecallPipeline:
         if self.reranker is not None and items:
             t0 = time.perf_counter()
             try:
-                outcome = self.reranker.rerank(query, items, deadline_s=self.rerank_deadline_s)
+                outcome = self.reranker.rerank(
+                    query, items, deadline_s=self.rerank_deadline_s, user_id=scope.user_id
+                )
                 items = outcome.items
                 notes.extend(outcome.notes)
             except MnemoError as exc:

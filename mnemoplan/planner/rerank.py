@@ -1,6 +1,7 @@
-"""Second-stage rerankers: an LLM judging batches of items, or a local cross-encoder.
+"""Second-stage rerankers: an LLM judging batches of items, a local cross-encoder, or
+token-level matching with the embedding model (deep search's default without either).
 
-Both blend the same way. A relevance in [0, 10] multiplies the formula score by
+The first two blend the same way. A relevance in [0, 10] multiplies the formula score by
 ``(0.5 + relevance / 10) ** weight`` (10 -> 1.5x, 5 -> 1x, 0 -> 0.5x), so the reranker
 adjusts the ranking fusion earned instead of replacing it; an item rated below the veto
 floor goes after every other item, never out of the list. Whatever fails (a batch, the
@@ -13,14 +14,17 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mnemoplan.errors import LLMError
+import numpy as np
+
+from mnemoplan.errors import LLMError, MnemoError
 from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
+from mnemoplan.indexes.embedder import TokenVectors
 from mnemoplan.model import MemoryItem
 from mnemoplan.planner.llm import LLMClient, LLMReply, LLMUsage
 
@@ -59,8 +63,11 @@ class RerankOutcome:
 class Reranker(Protocol):
     """Reorders retrieved items by their relevance to the query."""
 
-    def rerank(self, query: str, items: list[MemoryItem], *, deadline_s: float) -> RerankOutcome:
-        """Return every item, reordered, within ``deadline_s`` seconds (or in the original order)."""
+    def rerank(
+        self, query: str, items: list[MemoryItem], *, deadline_s: float, user_id: str = ""
+    ) -> RerankOutcome:
+        """Return every item, reordered, within ``deadline_s`` seconds (or in the original order);
+        ``user_id`` names whose memories they are."""
         ...
 
 
@@ -126,7 +133,9 @@ class LLMReranker:
         self.veto_floor = veto_floor
         self.weight = weight
 
-    def rerank(self, query: str, items: list[MemoryItem], *, deadline_s: float) -> RerankOutcome:
+    def rerank(
+        self, query: str, items: list[MemoryItem], *, deadline_s: float, user_id: str = ""
+    ) -> RerankOutcome:
         """Rerank items, waiting no longer than ``deadline_s`` seconds for the LLM.
 
         Args:
@@ -217,7 +226,9 @@ class CrossEncoderReranker:
         self.weight = weight
         self.veto_floor = veto_floor
 
-    def rerank(self, query: str, items: list[MemoryItem], *, deadline_s: float) -> RerankOutcome:
+    def rerank(
+        self, query: str, items: list[MemoryItem], *, deadline_s: float, user_id: str = ""
+    ) -> RerankOutcome:
         """Rerank items by the cross-encoder's relevance.
 
         Args:
@@ -247,6 +258,102 @@ class CrossEncoderReranker:
     def close(self) -> None:
         """Stop the scorer's thread."""
         self._scorer.close()
+
+
+class LateInteractionReranker:
+    """Re-scores items by matching the query's tokens one by one, with the embedding model.
+
+    A sentence embedding is one average, so a question's "exercises" has to survive averaging to
+    meet a memory's "kickboxing". Here each query token finds its best match among an item's
+    contextual token vectors (the cosine), and the matches are averaged with each word weighted
+    by its rarity in the user's memory (BM25's idf; a stop word counts 0), so the words that carry
+    the question decide. The match, z-scored, is added to the z-scored fused score at ``weight``:
+    it reorders what fusion found, it does not replace it. The items keep the scores of the slots
+    they land in, so scores stay comparable and descending; ``scores["token_match"]`` says why.
+
+    No LLM, no network: the bundled model's own tokens. On LoCoMo (no LLM) it takes deep search's
+    R@10 from 80.2 to 81.2 (multi-hop +2.9, open-domain +3.9) for ~110 ms (bench/README.md).
+
+    Args:
+        token_vectors: The embedder's ``token_vectors``.
+        word_idf: A user's rarity weight per word (``BM25Index.word_idf``).
+        weight: The match's share against the fused score (z-scores); 0 leaves the order.
+        depth: Items re-scored; those below keep their places.
+    """
+
+    def __init__(
+        self,
+        token_vectors: Callable[[list[str]], list[TokenVectors]],
+        word_idf: Callable[[str, list[str]], list[float]],
+        *,
+        weight: float = 0.35,
+        depth: int = 30,
+    ) -> None:
+        if weight < 0 or depth < 2:
+            raise ValueError("need weight >= 0 and depth >= 2")
+        self._token_vectors = token_vectors
+        self._word_idf = word_idf
+        self.weight = weight
+        self.depth = depth
+
+    def rerank(
+        self, query: str, items: list[MemoryItem], *, deadline_s: float, user_id: str = ""
+    ) -> RerankOutcome:
+        """Reorder the first ``depth`` items by fused score plus token match.
+
+        Args:
+            query: The user's query.
+            items: Items in their current (formula) order.
+            deadline_s: Past it (the pass is not interrupted), the original order is kept.
+            user_id: Whose memories these are: the word weights are that user's.
+
+        Returns:
+            The outcome; when the model cannot give token vectors, the original order and a note.
+        """
+        started = time.monotonic()
+        head = items[: self.depth]
+        if len(head) < 2 or self.weight == 0:
+            return RerankOutcome(items=list(items))
+        try:
+            vectors = self._token_vectors([query, *(_passage(item) for item in head)])
+        except MnemoError as exc:
+            return RerankOutcome(items=list(items), notes=[f"token rerank skipped: {exc.message}"])
+        match = self._match(query, vectors[0], vectors[1:], user_id)
+        if time.monotonic() - started > deadline_s:
+            note = f"rerank timed out after {deadline_s:g} s; original order kept"
+            return RerankOutcome(items=list(items), timed_out=True, notes=[note])
+        fused = np.array([item.score for item in head], dtype=np.float64)
+        blended = _z(fused) + self.weight * _z(match)
+        order = np.argsort(-blended, kind="stable")
+        slots = sorted((item.score for item in head), reverse=True)
+        reordered = [
+            head[k].model_copy(update={"score": slot, "scores": {**head[k].scores, "token_match": round(match[k], 4)}})
+            for slot, k in zip(slots, order, strict=True)
+        ]
+        return RerankOutcome(items=reordered + items[self.depth :], batches=1)
+
+    def _match(self, query: str, q: TokenVectors, docs: list[TokenVectors], user_id: str) -> np.ndarray:
+        """Each item's idf-weighted mean, over the query's tokens, of the best cosine with its tokens."""
+        spans = sorted(set(q.words))
+        idf = dict(zip(spans, self._word_idf(user_id, [query[a:b] for a, b in spans]), strict=True))
+        weights = np.array([idf[span] for span in q.words], dtype=np.float64)
+        if weights.sum() <= 0:  # nothing but stop words: every token counts the same
+            weights = np.ones(len(q.words))
+        weights /= max(weights.sum(), 1e-12)
+        out = np.zeros(len(docs), dtype=np.float64)
+        for i, doc in enumerate(docs):
+            if len(doc.vectors) and len(q.vectors):
+                out[i] = float((q.vectors @ doc.vectors.T).max(axis=1) @ weights)
+        return out
+
+
+def _passage(item: MemoryItem) -> str:
+    return f"{item.speaker}: {item.text}" if item.speaker else item.text
+
+
+def _z(values: np.ndarray) -> np.ndarray:
+    spread = values.std()
+    return (values - values.mean()) / spread if spread > 0 else np.zeros_like(values)
 
 
 def _balanced(n: int, size: int) -> list[list[int]]:

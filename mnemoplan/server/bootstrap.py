@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from mnemoplan.config import Settings
 from mnemoplan.extract.times import warm_up as warm_up_dates
+from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.indexes.embedder import Embedder, make_embedder
 from mnemoplan.indexes.entity import EntityGraphIndex, GraphTraversalIndex
 from mnemoplan.indexes.fact_store import FactStoreIndex
@@ -29,7 +30,7 @@ from mnemoplan.planner.llm_extractor import LLMFactExtractor
 from mnemoplan.planner.llm_planner import LLMPlanner, LLMReplanner
 from mnemoplan.planner.ranking import RankingConfig
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline
-from mnemoplan.planner.rerank import CrossEncoderReranker, LLMReranker
+from mnemoplan.planner.rerank import CrossEncoderReranker, LateInteractionReranker, LLMReranker
 from mnemoplan.server.extraction import BackgroundExtraction
 from mnemoplan.server.service import Limits, MemoryService
 
@@ -108,6 +109,8 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
     )
     client = llm_client(settings)
     llm = llm_parts(settings, client)
+    if llm.reranker is None:
+        llm.reranker = token_reranker(settings, embedder, store.bm25)
     if settings.recall_rerank != "off":
         recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
         recall.rerank_deadline_s = settings.recall_rerank_deadline_s
@@ -156,6 +159,14 @@ def deep_config(settings: Settings) -> DeepConfig:
 def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
     """The local cross-encoder reranker, when a model path is configured."""
     return CrossEncoderReranker(settings.reranker_path) if settings.reranker_path else None
+
+
+def token_reranker(settings: Settings, embedder: Embedder, bm25: BM25Index) -> LateInteractionReranker | None:
+    """Deep search's reranker without an LLM or a cross-encoder: token-level matching with the
+    embedding model, when it is switched on and the model can give token vectors."""
+    if settings.deep_token_rerank <= 0 or not hasattr(embedder, "token_vectors"):
+        return None
+    return LateInteractionReranker(embedder.token_vectors, bm25.word_idf, weight=settings.deep_token_rerank)
 
 
 def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
