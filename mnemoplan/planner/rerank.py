@@ -159,10 +159,7 @@ class LLMReranker:
         ]  # fmt: skip
         replies = self._send(requests, deadline_s - (time.monotonic() - started))
         if replies is None:
-            return RerankOutcome(
-                items=list(items), usage=LLMUsage(calls=len(batches)), batches=len(batches), timed_out=True,
-                notes=[f"rerank timed out after {deadline_s:g} s; original order kept"],
-            )  # fmt: skip
+            return _order_kept(items, deadline_s, batches=len(batches), usage=LLMUsage(calls=len(batches)))
         outcome = RerankOutcome(items=[], batches=len(batches))
         relevance: dict[int, float] = {}
         for n, (batch, keys, reply) in enumerate(zip(batches, keyed, replies, strict=True), 1):
@@ -248,8 +245,7 @@ class CrossEncoderReranker:
         try:
             logits = future.result(timeout=max(deadline_s, 0.0))
         except FutureTimeout:
-            note = f"rerank timed out after {deadline_s:g} s; original order kept"
-            return RerankOutcome(items=list(items), batches=1, timed_out=True, notes=[note])
+            return _order_kept(items, deadline_s, batches=1)
         relevance = {pos: 10.0 * _sigmoid(x) for pos, x in enumerate(logits)}
         return RerankOutcome(
             items=blend(items, relevance, weight=self.weight, veto_floor=self.veto_floor), batches=1
@@ -320,8 +316,7 @@ class LateInteractionReranker:
             return RerankOutcome(items=list(items), notes=[f"token rerank skipped: {exc.message}"])
         match = self._match(query, vectors[0], vectors[1:], user_id)
         if time.monotonic() - started > deadline_s:
-            note = f"rerank timed out after {deadline_s:g} s; original order kept"
-            return RerankOutcome(items=list(items), timed_out=True, notes=[note])
+            return _order_kept(items, deadline_s, batches=1)
         fused = np.array([item.score for item in head], dtype=np.float64)
         blended = _z(fused) + self.weight * _z(match)
         order = np.argsort(-blended, kind="stable")
@@ -345,6 +340,14 @@ class LateInteractionReranker:
             if len(doc.vectors) and len(q.vectors):
                 out[i] = float((q.vectors @ doc.vectors.T).max(axis=1) @ weights)
         return out
+
+
+def _order_kept(
+    items: list[MemoryItem], deadline_s: float, *, batches: int, usage: LLMUsage | None = None
+) -> RerankOutcome:
+    """The outcome of a rerank that ran out of time: the items as they came, and a note."""
+    note = f"rerank timed out after {deadline_s:g} s; original order kept"
+    return RerankOutcome(items=list(items), usage=usage or LLMUsage(), batches=batches, timed_out=True, notes=[note])
 
 
 def _passage(item: MemoryItem) -> str:
