@@ -139,7 +139,9 @@ def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batc
 
 def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
     """The last hidden layer per token, with each token's word span; needs a fast tokenizer
-    (it alone reports offsets)."""
+    (it alone reports offsets). Padded to a multiple of 16 tokens as ``_direct_forward`` is:
+    every new tensor shape keeps its own compiled kernels (one shape per length cost ~270 MB
+    of RSS over 280 searches)."""
 
     def forward(texts: list[str]) -> list[TokenVectors]:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -149,7 +151,7 @@ def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch
                 idx = order[start : start + batch_size]
                 enc = tokenizer(
                     [texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
-                    max_length=max_length, return_offsets_mapping=True,
+                    max_length=max_length, return_offsets_mapping=True, pad_to_multiple_of=16,
                 )  # fmt: skip
                 offsets = enc.pop("offset_mapping").tolist()
                 hidden = bert(**enc).last_hidden_state.float().numpy()
