@@ -81,6 +81,7 @@ def test_word_rarity_comes_from_the_users_own_documents(service: MemoryService) 
     said = ["I love the lake", "The lake was cold", "We rowed on the lake at dawn", "My kayak is red"]
     service.remember(messages=[MessageIn(content=t) for t in said], user_id="u", session_id="s")
     service.remember(messages=[MessageIn(content="kayak kayak kayak")], user_id="other", session_id="s")
+    service.store.wait_for_writes()  # BM25 commits trail writes; searches wait the same way
     lake, kayak, the, colon, unseen = service.store.bm25.word_idf("u", ["lake", "Kayak", "the", ":", "volcano"])
     assert the == 0.0 and colon == 0.0  # words the index ignores carry nothing
     assert 0.0 < lake < kayak < unseen  # the rarer in this user's memory, the heavier
