@@ -15,10 +15,10 @@ import numpy as np
 
 from mnemoplan.indexes.bm25 import BM25Doc
 from mnemoplan.indexes.graph import GraphMention, GraphRecord, GraphRelation
-from mnemoplan.model import Record
+from mnemoplan.model import MemoryItem, Record
 
 
-def spoken(rec: Record) -> str:
+def spoken(rec: Record | MemoryItem) -> str:
     """``speaker: text`` for a message with a speaker, else the text."""
     return f"{rec.speaker}: {rec.text}" if rec.speaker else rec.text
 

@@ -108,6 +108,22 @@ def _st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
     return model[0].tokenizer, model[0].auto_model, model[0].max_seq_length
 
 
+def _passes(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int, texts: list[str], *,
+            offsets: bool = False, pad_single: bool = False) -> Any:  # fmt: skip
+    """Forward passes over ``texts`` sorted by length, ``batch_size`` at a time: yields each batch's
+    positions in ``texts``, its encoding, its token offsets (when asked) and its last hidden layer.
+    A batch is padded to a multiple of 16 tokens; a batch of one text only with ``pad_single``."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            pad = 16 if len(idx) > 1 or pad_single else None
+            enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
+                            max_length=max_length, pad_to_multiple_of=pad, return_offsets_mapping=offsets)  # fmt: skip
+            spans = enc.pop("offset_mapping", None)
+            yield idx, enc, spans, bert(**enc).last_hidden_state.float()
+
+
 def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
     """A direct forward pass over the model's layers, for the plain Transformer -> mean Pooling
     -> Normalize pipeline, whose results it reproduces (cosine > 0.99999; identical with the
@@ -120,18 +136,10 @@ def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batc
     """
 
     def forward(texts: list[str]) -> np.ndarray:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                enc = tokenizer(
-                    [texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
-                    max_length=max_length, pad_to_multiple_of=16 if len(idx) > 1 else None,
-                )  # fmt: skip
-                hidden = bert(**enc).last_hidden_state.float()
-                mask = enc["attention_mask"].unsqueeze(-1).float()
-                out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+        for idx, enc, _, hidden in _passes(tokenizer, bert, max_length, torch, batch_size, texts):
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
         return out
 
     return forward
@@ -144,26 +152,18 @@ def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch
     of RSS over 280 searches)."""
 
     def forward(texts: list[str]) -> list[TokenVectors]:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[TokenVectors | None] = [None] * len(texts)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                enc = tokenizer(
-                    [texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
-                    max_length=max_length, return_offsets_mapping=True, pad_to_multiple_of=16,
-                )  # fmt: skip
-                offsets = enc.pop("offset_mapping").tolist()
-                hidden = bert(**enc).last_hidden_state.float().numpy()
-                for row, i in enumerate(idx):
-                    words = enc.word_ids(row)
-                    keep = [t for t, w in enumerate(words) if w is not None]
-                    spans: dict[int, tuple[int, int]] = {}
-                    for t in keep:
-                        a, b = offsets[row][t]
-                        lo, hi = spans.get(words[t], (a, b))
-                        spans[words[t]] = (min(lo, a), max(hi, b))
-                    out[i] = TokenVectors(_normalise(hidden[row, keep]), [spans[words[t]] for t in keep])
+        passes = _passes(tokenizer, bert, max_length, torch, batch_size, texts, offsets=True, pad_single=True)
+        for idx, enc, offsets, hidden in passes:
+            for row, i in enumerate(idx):
+                words = enc.word_ids(row)
+                keep = [t for t, w in enumerate(words) if w is not None]
+                spans: dict[int, tuple[int, int]] = {}
+                for t in keep:
+                    a, b = offsets[row][t].tolist()
+                    lo, hi = spans.get(words[t], (a, b))
+                    spans[words[t]] = (min(lo, a), max(hi, b))
+                out[i] = TokenVectors(_normalise(hidden[row, keep].numpy()), [spans[words[t]] for t in keep])
         return out
 
     return forward

@@ -24,6 +24,7 @@ import numpy as np
 
 from mnemoplan.errors import LLMError, MnemoError
 from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
+from mnemoplan.indexes.documents import spoken
 from mnemoplan.indexes.embedder import TokenVectors
 from mnemoplan.model import MemoryItem
 from mnemoplan.planner.llm import LLMClient, LLMReply, LLMUsage
@@ -311,7 +312,7 @@ class LateInteractionReranker:
         if len(head) < 2 or self.weight == 0:
             return RerankOutcome(items=list(items))
         try:
-            vectors = self._token_vectors([query, *(_passage(item) for item in head)])
+            vectors = self._token_vectors([query, *(spoken(item) for item in head)])
         except MnemoError as exc:
             return RerankOutcome(items=list(items), notes=[f"token rerank skipped: {exc.message}"])
         match = self._match(query, vectors[0], vectors[1:], user_id)
@@ -348,10 +349,6 @@ def _order_kept(
     """The outcome of a rerank that ran out of time: the items as they came, and a note."""
     note = f"rerank timed out after {deadline_s:g} s; original order kept"
     return RerankOutcome(items=list(items), usage=usage or LLMUsage(), batches=batches, timed_out=True, notes=[note])
-
-
-def _passage(item: MemoryItem) -> str:
-    return f"{item.speaker}: {item.text}" if item.speaker else item.text
 
 
 def _z(values: np.ndarray) -> np.ndarray:
