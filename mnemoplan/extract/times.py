@@ -59,7 +59,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("month_day", re.compile(rf"\b({_MONTH})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?!\s*(?:hours?|minutes?|%))", re.I)),
     ("ago", re.compile(rf"\b({_NUM})\s+({_UNIT})\s+ago\b", re.I)),
     ("in_n", re.compile(rf"\bin\s+({_NUM})\s+({_UNIT})\b", re.I)),
-    ("rel_unit", re.compile(rf"\b(last|this|next|past|coming|previous)\s+(week|weekend|month|year|summer|winter|spring|fall|autumn)\b", re.I)),
+    ("rel_unit", re.compile(r"\b(last|this|next|past|coming|previous)\s+(week|weekend|month|year|summer|winter|spring|fall|autumn)\b", re.I)),
     ("rel_day", re.compile(r"\b(yesterday|today|tonight|tomorrow|last night|this morning|this afternoon|this evening)\b", re.I)),
     ("weekday", re.compile(rf"\b(last|this|next|on|past)?\s*({_DAYS})\b", re.I)),
     ("month", re.compile(rf"\b(?:in|during|since|before|after|until|last|this|next)\s+({_MONTHS})\b", re.I)),

@@ -9,26 +9,23 @@ query, its analysis, the user's descriptors, plans and the items retrieved for t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from dataclasses import dataclass, field
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
 from mnemoplan.errors import InvalidInput, InvalidPlan, LLMError
 from mnemoplan.model import (
     IndexDescriptor,
-    MemoryItem,
     PlanStep,
     QueryAnalysis,
     QueryPlan,
-    StepReport,
 )
 from mnemoplan.planner.deep import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.evaluate import Evaluation
-from mnemoplan.planner.fingerprint import normalise, plan_fingerprint
+from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.planner.llm import LLMClient, LLMUsage
 from mnemoplan.planner.prompts import JSON_ONLY, analysis_json, compact, describe
 
