@@ -130,6 +130,15 @@ def test_without_an_llm_deep_search_re_scores_token_by_token(tmp_path: Path) -> 
         off.close()
 
 
+def test_deep_searchs_token_default_does_not_become_recalls_llm_reranker(tmp_path: Path) -> None:
+    svc = make_service(tmp_path / "data", recall_rerank="llm")  # no API key: no LLM to rerank with
+    try:
+        assert svc.deep.recall.reranker is None  # the recall pipeline
+        assert type(svc.deep.llm.reranker).__name__ == "LateInteractionReranker"
+    finally:
+        svc.close()
+
+
 def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None:
     seed(service)
     result = service.deep_search("Which orchestra instrument does Ann rehearse on Thursdays?", user_id="u")

@@ -109,11 +109,11 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
     )
     client = llm_client(settings)
     llm = llm_parts(settings, client)
-    if llm.reranker is None:
-        llm.reranker = token_reranker(settings, embedder, store.bm25)
     if settings.recall_rerank != "off":
         recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
         recall.rerank_deadline_s = settings.recall_rerank_deadline_s
+    if llm.reranker is None:  # deep search's default only: recall's choice was made above
+        llm.reranker = token_reranker(settings, embedder, store.bm25)
     deep = DeepSearch(recall, deep_config(settings), llm)
     service = MemoryService(
         store=store,
