@@ -39,6 +39,11 @@ def test_the_bundled_model_finds_a_paraphrase_offline(tmp_path: Path, monkeypatc
         assert len(tokens.vectors) == len(tokens.words)
         assert np.allclose(np.linalg.norm(tokens.vectors, axis=1), 1.0, atol=1e-3)
         assert {text[a:b] for a, b in tokens.words} >= {"Caroline", "kickboxing", "class"}  # wordpieces -> words
+        texts = [text, "My brother fixed the leaking roof yesterday"]
+        pooled, passed = service.embedder.embed_with_tokens(texts)  # what ingest stores, from one pass
+        assert np.allclose(pooled, service.embedder.embed(texts), atol=1e-3) and len(passed) == 2
+        matched = service.single_index_search("token_match", "Which pet joined the family?", user_id="u")
+        assert matched[0].text == "I adopted a small dog from the shelter on Saturday"
     finally:
         service.close()
 

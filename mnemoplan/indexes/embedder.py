@@ -17,13 +17,21 @@ import sys
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from mnemoplan.errors import Unavailable
+from mnemoplan.indexes.forward import (
+    TokenVectors,
+    _direct_forward,
+    _native_bf16,
+    _normalise,
+    _st_plain_parts,
+    _token_forward,
+    plain_mean_pooling,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,132 +55,6 @@ class Embedder(Protocol):
     def ready(self) -> bool:
         """True once the model is loaded."""
         ...
-
-
-@dataclass(frozen=True)
-class TokenVectors:
-    """One text's tokens as the model sees them: unit-length contextual vectors (special
-    tokens dropped), and for each token the character span of the word it belongs to."""
-
-    vectors: np.ndarray
-    words: list[tuple[int, int]]
-
-
-def _native_bf16(torch: Any) -> bool:
-    """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX)."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-
-
-_PLAIN_MODULES = [f"sentence_transformers.models.{name}" for name in ("Transformer", "Pooling", "Normalize")]
-
-
-def plain_mean_pooling(path: str) -> int | None:
-    """The maximum sequence length of a sentence-transformers model directory that is a plain
-    Transformer -> mean Pooling -> Normalize pipeline (MiniLM's), read from its config files;
-    None for any other model, or when the files do not say.
-
-    Such a model runs without sentence-transformers: importing it (scikit-learn, SciPy and
-    more) was ~1.5 s of the model's ~5 s load here, for code the direct forward pass never calls.
-    """
-    import json
-
-    root = Path(path)
-    try:
-        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-        if [m.get("type") for m in modules] != _PLAIN_MODULES or modules[0].get("path", "") != "":
-            return None
-        pooling = json.loads((root / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
-        settings = json.loads((root / "sentence_bert_config.json").read_text(encoding="utf-8"))
-        transformer = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
-    if not isinstance(transformer, dict) or transformer.get("is_encoder_decoder"):
-        return None  # sentence-transformers runs such a model's encoder alone; AutoModel would not
-    modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
-    unread = set(settings) - {"max_seq_length", "do_lower_case"}  # e.g. model_args the direct path ignores
-    if modes != {"pooling_mode_mean_tokens"} or settings.get("do_lower_case") or unread:
-        return None
-    length = settings.get("max_seq_length")
-    return int(length) if isinstance(length, int) and length > 0 else None
-
-
-def _st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
-    """Tokenizer, transformer and maximum length of a loaded sentence-transformers model that is
-    the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other."""
-    names = [type(module).__name__ for module in model]
-    pooling = model[1] if len(names) > 1 else None
-    mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
-    if names[:3] != ["Transformer", "Pooling", "Normalize"] or mode != "mean":
-        return None
-    return model[0].tokenizer, model[0].auto_model, model[0].max_seq_length
-
-
-def _passes(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int, texts: list[str], *,
-            offsets: bool = False, pad_single: bool = False) -> Any:  # fmt: skip
-    """Forward passes over ``texts`` sorted by length, ``batch_size`` at a time: yields each batch's
-    positions in ``texts``, its encoding, its token offsets (when asked) and its last hidden layer.
-    A batch is padded to a multiple of 16 tokens; a batch of one text only with ``pad_single``."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            pad = 16 if len(idx) > 1 or pad_single else None
-            enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
-                            max_length=max_length, pad_to_multiple_of=pad, return_offsets_mapping=offsets)  # fmt: skip
-            spans = enc.pop("offset_mapping", None)
-            yield idx, enc, spans, bert(**enc).last_hidden_state.float()
-
-
-def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
-    """A direct forward pass over the model's layers, for the plain Transformer -> mean Pooling
-    -> Normalize pipeline, whose results it reproduces (cosine > 0.99999; identical with the
-    same weights loaded either way).
-
-    Faster than ``encode`` on CPU: texts are sorted by length and padded to a multiple of 16
-    tokens, so the few tensor shapes that occur reuse their compiled kernels (new shapes under
-    bfloat16 cost more than the arithmetic), and one text skips batching altogether. Any other
-    model keeps ``encode``.
-    """
-
-    def forward(texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
-        for idx, enc, _, hidden in _passes(tokenizer, bert, max_length, torch, batch_size, texts):
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
-        return out
-
-    return forward
-
-
-def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
-    """The last hidden layer per token, with each token's word span; needs a fast tokenizer
-    (it alone reports offsets). Padded to a multiple of 16 tokens as ``_direct_forward`` is:
-    every new tensor shape keeps its own compiled kernels (one shape per length cost ~270 MB
-    of RSS over 280 searches)."""
-
-    def forward(texts: list[str]) -> list[TokenVectors]:
-        out: list[TokenVectors | None] = [None] * len(texts)
-        passes = _passes(tokenizer, bert, max_length, torch, batch_size, texts, offsets=True, pad_single=True)
-        for idx, enc, offsets, hidden in passes:
-            for row, i in enumerate(idx):
-                words = enc.word_ids(row)
-                keep = [t for t, w in enumerate(words) if w is not None]
-                spans: dict[int, tuple[int, int]] = {}
-                for t in keep:
-                    a, b = offsets[row][t].tolist()
-                    lo, hi = spans.get(words[t], (a, b))
-                    spans[words[t]] = (min(lo, a), max(hi, b))
-                out[i] = TokenVectors(_normalise(hidden[row, keep].numpy()), [spans[words[t]] for t in keep])
-        return out
-
-    return forward
-
-
-def _normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (matrix / norms).astype(np.float32)
 
 
 class HashEmbedder:
@@ -213,6 +95,14 @@ class HashEmbedder:
             matrix = np.stack(vectors) if vectors else np.zeros((0, self.dim), dtype=np.float32)
             out.append(TokenVectors(_normalise(matrix), spans))
         return out
+
+    def embed_with_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+        """Both of the above."""
+        return self.embed(texts), self.token_vectors(texts)
+
+    def query_tokens(self, text: str) -> TokenVectors:
+        """A query's token vectors."""
+        return self.token_vectors([text])[0]
 
     def ready(self) -> bool:
         return True
@@ -255,6 +145,7 @@ class SentenceEmbedder:
         self._batch_threads = 1
         self._direct: Any = None
         self._tokens: Any = None
+        self._tokens_batched: Any = None
         self._precision = precision
         self._autocast: Any = None
         self._timeout = load_timeout_s
@@ -262,6 +153,7 @@ class SentenceEmbedder:
         self._error: BaseException | None = None
         self._loaded = threading.Event()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._token_cache: OrderedDict[str, TokenVectors] = OrderedDict()
         self._cache_size = query_cache_size
         # Every torch call runs on this one thread. Called from many threads, torch gives
         # each its own OpenMP team, and their spinning workers halve the speed of all of
@@ -317,6 +209,7 @@ class SentenceEmbedder:
                 self._direct = _direct_forward(*parts, torch, self._batch_size)
                 if getattr(parts[0], "is_fast", False):
                     self._tokens = _token_forward(*parts, torch, min(self._batch_size, TOKEN_BATCH))
+                    self._tokens_batched = _token_forward(*parts, torch, self._batch_size)
             self._model = model
             log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
         except BaseException as exc:  # reported to every caller of embed()
@@ -375,6 +268,8 @@ class SentenceEmbedder:
             return
         try:
             self._forward(["warm up"])
+            if self._tokens is not None:  # a query's pass: the shape every query then reuses
+                self._token_pass(self._tokens, ["warm up"])
         except Exception:  # the first real call reports a broken model
             log.debug("embedding warm-up failed", exc_info=True)
 
@@ -385,6 +280,11 @@ class SentenceEmbedder:
         vectors = self._torch.submit(self._forward, texts).result()
         return _normalise(np.asarray(vectors, dtype=np.float32))
 
+    def _require_tokens(self) -> None:
+        self._require()
+        if self._tokens is None:
+            raise Unavailable(f"The embedding model {self.name} does not expose token vectors.")
+
     def token_vectors(self, texts: list[str]) -> list[TokenVectors]:
         """Contextual token vectors of each text, for token-level matching (late interaction).
 
@@ -392,30 +292,74 @@ class SentenceEmbedder:
             Unavailable: The model is not loaded, or is not a plain mean-pooling transformer
                 with a fast tokenizer (the only kind whose token vectors are read here).
         """
-        self._require()
-        if self._tokens is None:
-            raise Unavailable(f"The embedding model {self.name} does not expose token vectors.")
+        self._require_tokens()
         if not texts:
             return []
-        return self._torch.submit(self._token_pass, texts).result()
+        return self._torch.submit(self._token_pass, self._tokens, texts).result()[1]
 
-    def _token_pass(self, texts: list[str]) -> list[TokenVectors]:
+    def embed_with_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+        """Each text's embedding (as ``embed``) and its token vectors, from one forward pass:
+        what ingest stores, for the price of the embedding alone.
+
+        Raises:
+            Unavailable: as ``token_vectors``.
+        """
+        self._require_tokens()
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32), []
+        return self._torch.submit(self._token_pass, self._tokens_batched, texts).result()
+
+    def _token_pass(self, forward: Any, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
         with self._torch_settings(len(texts)):
-            return self._tokens(texts)
+            return forward(texts)
 
     def clear_cache(self) -> None:
         """Forget cached query embeddings (the bench does, so modes do not profit from each other)."""
         self._cache.clear()
+        self._token_cache.clear()
 
     def embed_query(self, text: str) -> np.ndarray:
+        """One query's embedding, cached. With a model that gives token vectors, the pass that
+        computes it also caches the query's tokens for ``query_tokens``, and the reverse: a recall
+        that asks for both runs the model once."""
         cached = self._cache.get(text)
         if cached is not None:
             self._cache.move_to_end(text)
             return cached
-        vector = self.embed([text])[0]
-        self._cache[text] = vector
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._require()
+        if self._tokens is None:
+            return self._remember(text, self.embed([text])[0], None)
+        return self._torch.submit(self._query_pass, text).result()[0]
+
+    def query_tokens(self, text: str) -> TokenVectors:
+        """One query's token vectors, cached (see ``embed_query``).
+
+        Raises:
+            Unavailable: as ``token_vectors``.
+        """
+        cached = self._token_cache.get(text)
+        if cached is not None:
+            self._token_cache.move_to_end(text)
+            return cached
+        self._require_tokens()
+        return self._torch.submit(self._query_pass, text).result()[1]
+
+    def _query_pass(self, text: str) -> tuple[np.ndarray, TokenVectors]:
+        """On the torch thread, so that of two calls for one query queued together, the second
+        finds the first's result in the caches."""
+        vector, tokens = self._cache.get(text), self._token_cache.get(text)
+        if vector is None or tokens is None:
+            means, passed = self._token_pass(self._tokens, [text])
+            vector, tokens = means[0], passed[0]
+        return self._remember(text, vector, tokens), tokens
+
+    def _remember(self, text: str, vector: np.ndarray, tokens: TokenVectors | None) -> np.ndarray:
+        for cache, value in ((self._cache, vector), (self._token_cache, tokens)):
+            if value is not None:
+                cache[text] = value  # type: ignore[assignment]
+                cache.move_to_end(text)
+                if len(cache) > self._cache_size:
+                    cache.popitem(last=False)
         return vector
 
 

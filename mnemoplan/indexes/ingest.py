@@ -18,13 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from mnemoplan.errors import Unavailable
 from mnemoplan.extract.facts import extract_facts
 from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.sentences import split_sentences
 from mnemoplan.extract.summary import SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.indexes.derive import decide, episode_record, fact_record
+from mnemoplan.indexes.embedder import TokenVectors
 from mnemoplan.indexes.store import MemoryStore
+from mnemoplan.indexes.token_store import pack_many
 from mnemoplan.model import Record
 
 log = logging.getLogger(__name__)
@@ -87,17 +90,26 @@ class Ingestor:
         store: The memory store.
         embed: Embeds a batch of texts.
         config: What to derive.
+        embed_with_tokens: Embeds a batch of texts and gives their token vectors from the same
+            pass (``SentenceEmbedder.embed_with_tokens``); with it, each record's tokens are
+            stored for the ``token_match`` index.
     """
 
     def __init__(
-        self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray], config: IngestConfig | None = None
-    ) -> None:
+        self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray], config: IngestConfig | None = None,
+        embed_with_tokens: Callable[[list[str]], tuple[np.ndarray, list[TokenVectors]]] | None = None,
+    ) -> None:  # fmt: skip
         self.store = store
         self.embed = embed
         self.config = config or IngestConfig()
+        self.embed_with_tokens = embed_with_tokens
 
-    def embed_records(self, records: list[Record], progress: Progress | None = None) -> np.ndarray:
-        """One vector per record: the normalised mean of its sentences' embeddings.
+    def embed_records(
+        self, records: list[Record], progress: Progress | None = None
+    ) -> tuple[np.ndarray, list[bytes | None]]:
+        """One vector per record, the normalised mean of its sentences' embeddings, and the
+        record's packed token vectors (None without ``embed_with_tokens``): its sentences'
+        tokens end to end, without those of words BM25 ignores (stop words, punctuation).
 
         With ``progress``, the sentences are embedded a slice at a time and each slice is
         reported (done, total); without, in one call.
@@ -109,19 +121,52 @@ class Ingestor:
             for sentence in split_sentences(rec.text, min_words=4):
                 texts.append(prefix + sentence)
                 owner.append(i)
-        if progress is None or len(texts) <= PROGRESS_SLICE:
-            vectors = self.embed(texts)
-        else:
-            parts = []
-            for start in range(0, len(texts), PROGRESS_SLICE):
-                parts.append(self.embed(texts[start : start + PROGRESS_SLICE]))
-                progress(min(start + PROGRESS_SLICE, len(texts)), len(texts))
-            vectors = np.concatenate(parts)
+        step = len(texts) if progress is None or len(texts) <= PROGRESS_SLICE else PROGRESS_SLICE
+        parts, tokens = [], []
+        for start in range(0, len(texts), max(step, 1)):
+            chunk = texts[start : start + step]
+            passed = self._embed_chunk(chunk)
+            parts.append(passed[0])
+            tokens.extend(passed[1])
+            if progress is not None and step < len(texts):
+                progress(min(start + step, len(texts)), len(texts))
+        vectors = np.concatenate(parts) if parts else self.embed([])
         sums = np.zeros((len(records), vectors.shape[1]), dtype=np.float32)
         np.add.at(sums, np.asarray(owner), vectors)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return sums / norms
+        return sums / norms, self._pack(records, texts, owner, tokens)
+
+    def _embed_chunk(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+        if self.embed_with_tokens is not None:
+            try:
+                return self.embed_with_tokens(texts)
+            except Unavailable:
+                vectors = self.embed(texts)  # raises the model's own trouble (still loading, broken)
+                log.warning("the embedding model gives no token vectors: memories are stored without them")
+                self.embed_with_tokens = None
+                return vectors, []
+        return self.embed(texts), []
+
+    def _pack(self, records: list[Record], texts: list[str], owner: list[int],
+              tokens: list[TokenVectors]) -> list[bytes | None]:  # fmt: skip
+        """Each record's content tokens, packed (all its tokens when none is content)."""
+        if not tokens:
+            return [None] * len(records)
+        content: dict[str, bool] = {}
+        kept: list[list[np.ndarray]] = [[] for _ in records]
+        every: list[list[np.ndarray]] = [[] for _ in records]
+        for text, i, tv in zip(texts, owner, tokens, strict=True):
+            words = [text[a:b] for a, b in tv.words]
+            for word in set(words) - content.keys():
+                content[word] = bool(self.store.bm25.terms(word))
+            keep = np.array([content[w] for w in words], dtype=bool)
+            kept[i].append(tv.vectors[keep])
+            every[i].append(tv.vectors)
+        chosen = [np.concatenate(k if any(len(m) for m in k) else e) if e else None
+                  for k, e in zip(kept, every, strict=True)]  # fmt: skip
+        packed = iter(pack_many([m for m in chosen if m is not None]))
+        return [None if m is None else next(packed) for m in chosen]
 
     def _message_records(
         self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str
@@ -218,18 +263,20 @@ class Ingestor:
         except Exception:
             log.exception("the session summary could not be made; the messages are stored")
             warnings.append("the session summary could not be refreshed (the messages are stored)")
-        vectors = self.embed_records(fresh + facts, progress)
+        vectors, tokens = self.embed_records(fresh + facts, progress)
         n = len(fresh)
         fact_vectors = vectors[n:]
         keep, supersede, reinforce = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
         records = fresh + [facts[i] for i in keep]
         rows = [vectors[:n], fact_vectors[keep]]
-        if episode is not None:
+        packed = tokens[:n] + [tokens[n + i] for i in keep]
+        if episode is not None:  # a summary's words are its messages': no tokens of its own
             records.append(episode)
             rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
+            packed.append(None)
         if old_episode:
             self.store.retract(user_id, [old_episode])
-        stored = self.store.append(records, np.concatenate(rows))
+        stored = self.store.append(records, np.concatenate(rows), packed)
         self._apply(user_id, supersede, reinforce)
         return IngestResult(ids, stored, duplicates, len(keep) + (episode is not None), warnings)
 
@@ -237,9 +284,9 @@ class Ingestor:
         """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules."""
         if not facts:
             return []
-        vectors = self.embed_records(facts)
+        vectors, tokens = self.embed_records(facts)
         keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
-        stored = self.store.append([facts[i] for i in keep], vectors[keep]) if keep else []
+        stored = self.store.append([facts[i] for i in keep], vectors[keep], [tokens[i] for i in keep]) if keep else []
         self._apply(user_id, supersede, reinforce)
         return stored
 

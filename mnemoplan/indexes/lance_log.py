@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
-from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
+from mnemoplan.indexes.token_store import TokenBlock, TokenCache
+from mnemoplan.indexes.vector_cache import KIND_CODES, UserVectors, VectorCache, micros
 from mnemoplan.model import EntityMention, Record, RecordHead
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,10 @@ META_COLUMNS = [
 # What the in-memory copy of a user holds beside ids and vectors: search filters and ranking read them.
 HEAD_COLUMNS = ["kind", "project_id", "occurred_at", "session_id", "seq", "prev_id", "importance", "superseded_by"]
 # Columns added after the first release: a log written before them gains them, empty, on open.
-_LATER_COLUMNS = ("access_count", "last_accessed_at")
+_LATER_COLUMNS = ("access_count", "last_accessed_at", "tokens")
+# What a user's token blocks are read from (``tokens``: see token_store.pack; null for a record
+# written before the column, or by an embedder without token vectors).
+TOKEN_COLUMNS = ["id", "kind", "project_id", "occurred_at", "tokens"]
 _TS = pa.timestamp("us", tz="UTC")
 _MENTION = pa.struct([("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("role", pa.string())])
 
@@ -96,6 +100,7 @@ def _schema(dim: int) -> pa.Schema:
             ("last_accessed_at", _TS),
             ("embedding", pa.list_(pa.float32(), dim)),
             ("vector", pa.list_(pa.float32(), dim)),
+            ("tokens", pa.binary()),
         ]
     )
 
@@ -152,6 +157,7 @@ class LanceLog:
         # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
         self._rewrite_lock = threading.Lock()
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
+        self.token_cache = TokenCache()
         path.mkdir(parents=True, exist_ok=True)
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
         self._db = lancedb.connect(str(path))
@@ -212,8 +218,12 @@ class LanceLog:
             self._seq += n
         return list(range(start, start + n))
 
-    def add(self, records: list[Record], embeddings: np.ndarray, vectors: np.ndarray) -> None:
-        """Append records with their raw embeddings and their search vectors."""
+    def add(
+        self, records: list[Record], embeddings: np.ndarray, vectors: np.ndarray,
+        tokens: list[bytes | None] | None = None,
+    ) -> None:  # fmt: skip
+        """Append records with their raw embeddings, their search vectors and, when given,
+        their packed token vectors (``token_store.pack``; None for a record without)."""
         if not records:
             return
         dim = int(vectors.shape[1])
@@ -229,6 +239,8 @@ class LanceLog:
         flat_v = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_e, dim))
         arrays.append(pa.FixedSizeListArray.from_arrays(flat_v, dim))
+        tokens = tokens if tokens is not None else [None] * len(records)
+        arrays.append(pa.array(tokens, type=pa.binary()))
         written = pa.Table.from_arrays(arrays, schema=_schema(dim))
         table.add(written)
         if any(self.cache.holds_whole(u) for u in {r.user_id for r in records}):  # read back as a read would
@@ -240,6 +252,11 @@ class LanceLog:
                 [r.id for r in mine], vectors[rows], {name: [getattr(r, name) for r in mine] for name in HEAD_COLUMNS}
             )
             self.vector_cache.extend(user_id, more)
+            packed = [i for i in rows if tokens[i] is not None]
+            self.token_cache.extend(user_id, TokenBlock.build(
+                [records[i].id for i in packed], [tokens[i] for i in packed],  # type: ignore[misc]
+                [KIND_CODES.get(records[i].kind, -1) for i in packed], [records[i].project_id for i in packed],
+                [micros(records[i].occurred_at) for i in packed]))  # fmt: skip
 
     @contextmanager
     def _changing(self, ids: list[str] | None, *, vectors: bool = False, user_id: str | None = None) -> Iterator[None]:
@@ -258,6 +275,7 @@ class LanceLog:
         self.cache.evict(ids, user_id if ids is None else None)  # no ids: all of that user's, or everyone's
         if vectors:
             self.vector_cache.invalidate(user_id)
+            self.token_cache.invalidate(user_id)
 
     @staticmethod
     def _of_user(where: str, user_id: str | None) -> str:
@@ -520,6 +538,39 @@ class LanceLog:
         entry = UserVectors.build(data.column("id").to_pylist(), _matrix(data.column("vector")), _head_arrays(data))
         self.vector_cache.put(user_id, entry, generation)
         return entry
+
+    def token_blocks(self, user_id: str, *, scan: bool = False, most: int = 0) -> Iterator[TokenBlock]:
+        """A user's packed token vectors, in blocks: from memory, else read from the log and held
+        when they fit the token cache. A user too large to hold is read a batch at a time when
+        ``scan`` is set (a full read of the user per call), and yields nothing otherwise; nor
+        does a user with more than ``most`` token vectors, when ``most`` is set."""
+        held = self.token_cache.get(user_id)
+        if held is None and self._table is not None:
+            held = self._load_tokens(user_id, scan)
+        if held is not None and (not most or sum(b.tokens for b in held) <= most):
+            yield from held
+
+    def _load_tokens(self, user_id: str, scan: bool) -> tuple[TokenBlock, ...] | None:
+        """Read a user's token blocks; held (and returned) when they fit the cache, else
+        returned only with ``scan``, else None."""
+        generation = self.token_cache.generation(user_id)
+        query = self._table.search().where(f"user_id = {sql_str(user_id)} AND tokens IS NOT NULL")
+        loaded: list[TokenBlock] = []
+        total = 0
+        for batch in query.select(TOKEN_COLUMNS).limit(None).to_batches(5_000):
+            kinds = [KIND_CODES.get(k, -1) for k in batch.column("kind").to_pylist()]
+            occurred = pc.fill_null(batch.column("occurred_at").cast(pa.int64()), 0).to_pylist()
+            projects = [p or "" for p in batch.column("project_id").to_pylist()]
+            block = TokenBlock.build(batch.column("id").to_pylist(), batch.column("tokens").to_pylist(),
+                                     kinds, projects, occurred)  # fmt: skip
+            total += block.tokens
+            if total > self.token_cache.max_user_tokens and not scan:
+                return None
+            loaded.append(block)
+        if total > self.token_cache.max_user_tokens:
+            return tuple(loaded)
+        self.token_cache.put(user_id, tuple(loaded), generation)
+        return self.token_cache.get(user_id) or tuple(loaded)
 
     def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
         """What ranking reads of some records, from memory; None if the user is not held there

@@ -169,7 +169,9 @@ class MemoryStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    def append(self, records: list[Record], embeddings: np.ndarray) -> list[Record]:
+    def append(
+        self, records: list[Record], embeddings: np.ndarray, tokens: list[bytes | None] | None = None
+    ) -> list[Record]:
         """Store new records (in conversation order) in the log and every overlay.
 
         Assigns each record its sequence number and, for messages, the previous turn of
@@ -204,7 +206,7 @@ class MemoryStore:
             nodes = [graph_record(r, keys) for r in stored]
             intent = self.journal.begin(Intent("add", user_id, [r.id for r in stored]))
             try:
-                self.log.add(stored, embeddings, vectors)
+                self.log.add(stored, embeddings, vectors, tokens)
             except BaseException:
                 self._last.clear()
                 self._ledgers.pop(user_id, None)

@@ -26,6 +26,7 @@ from mnemoplan.errors import LLMError, MnemoError
 from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
 from mnemoplan.indexes.documents import spoken
 from mnemoplan.indexes.embedder import TokenVectors
+from mnemoplan.indexes.token_store import token_weights
 from mnemoplan.model import MemoryItem
 from mnemoplan.planner.llm import LLMClient, LLMReply, LLMUsage
 
@@ -330,12 +331,7 @@ class LateInteractionReranker:
 
     def _match(self, query: str, q: TokenVectors, docs: list[TokenVectors], user_id: str) -> np.ndarray:
         """Each item's idf-weighted mean, over the query's tokens, of the best cosine with its tokens."""
-        spans = sorted(set(q.words))
-        idf = dict(zip(spans, self._word_idf(user_id, [query[a:b] for a, b in spans]), strict=True))
-        weights = np.array([idf[span] for span in q.words], dtype=np.float64)
-        if weights.sum() <= 0:  # nothing but stop words: every token counts the same
-            weights = np.ones(len(q.words))
-        weights /= max(weights.sum(), 1e-12)
+        weights = token_weights(query, q.words, lambda words: self._word_idf(user_id, words))
         out = np.zeros(len(docs), dtype=np.float64)
         for i, doc in enumerate(docs):
             if len(doc.vectors) and len(q.vectors):

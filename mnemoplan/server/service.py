@@ -89,7 +89,8 @@ class MemoryService:
         self.deep = deep
         self.limits = limits
         self.default_user_id = default_user_id
-        self.ingestor = Ingestor(store, embedder.embed, ingest)
+        self.ingestor = Ingestor(store, embedder.embed, ingest,
+                                 embed_with_tokens=getattr(embedder, "embed_with_tokens", None))  # fmt: skip
         self.search_log = search_log
 
     # -- argument checks -----------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""The embedding model's forward pass, run from its transformer directly: pooled embeddings and
+contextual token vectors, for the plain Transformer -> mean Pooling -> Normalize pipeline
+(MiniLM's). ``embedder`` decides when to use it; this module only computes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenVectors:
+    """One text's tokens as the model sees them: unit-length contextual vectors (special
+    tokens dropped), and for each token the character span of the word it belongs to."""
+
+    vectors: np.ndarray
+    words: list[tuple[int, int]]
+
+
+def _native_bf16(torch: Any) -> bool:
+    """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+_PLAIN_MODULES = [f"sentence_transformers.models.{name}" for name in ("Transformer", "Pooling", "Normalize")]
+
+
+def plain_mean_pooling(path: str) -> int | None:
+    """The maximum sequence length of a sentence-transformers model directory that is a plain
+    Transformer -> mean Pooling -> Normalize pipeline (MiniLM's), read from its config files;
+    None for any other model, or when the files do not say.
+
+    Such a model runs without sentence-transformers: importing it (scikit-learn, SciPy and
+    more) was ~1.5 s of the model's ~5 s load here, for code the direct forward pass never calls.
+    """
+    root = Path(path)
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        if [m.get("type") for m in modules] != _PLAIN_MODULES or modules[0].get("path", "") != "":
+            return None
+        pooling = json.loads((root / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
+        settings = json.loads((root / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        transformer = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if not isinstance(transformer, dict) or transformer.get("is_encoder_decoder"):
+        return None  # sentence-transformers runs such a model's encoder alone; AutoModel would not
+    modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
+    unread = set(settings) - {"max_seq_length", "do_lower_case"}  # e.g. model_args the direct path ignores
+    if modes != {"pooling_mode_mean_tokens"} or settings.get("do_lower_case") or unread:
+        return None
+    length = settings.get("max_seq_length")
+    return int(length) if isinstance(length, int) and length > 0 else None
+
+
+def _st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
+    """Tokenizer, transformer and maximum length of a loaded sentence-transformers model that is
+    the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other."""
+    names = [type(module).__name__ for module in model]
+    pooling = model[1] if len(names) > 1 else None
+    mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
+    if names[:3] != ["Transformer", "Pooling", "Normalize"] or mode != "mean":
+        return None
+    return model[0].tokenizer, model[0].auto_model, model[0].max_seq_length
+
+
+def _passes(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int, texts: list[str], *,
+            offsets: bool = False, pad_single: bool = False) -> Any:  # fmt: skip
+    """Forward passes over ``texts`` sorted by length, ``batch_size`` at a time: yields each batch's
+    positions in ``texts``, its encoding, its token offsets (when asked) and its last hidden layer.
+    A batch is padded to a multiple of 16 tokens; a batch of one text only with ``pad_single``."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            pad = 16 if len(idx) > 1 or pad_single else None
+            enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
+                            max_length=max_length, pad_to_multiple_of=pad, return_offsets_mapping=offsets)  # fmt: skip
+            spans = enc.pop("offset_mapping", None)
+            yield idx, enc, spans, bert(**enc).last_hidden_state.float()
+
+
+def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
+    """A direct forward pass over the model's layers, for the plain Transformer -> mean Pooling
+    -> Normalize pipeline, whose results it reproduces (cosine > 0.99999; identical with the
+    same weights loaded either way).
+
+    Faster than ``encode`` on CPU: texts are sorted by length and padded to a multiple of 16
+    tokens, so the few tensor shapes that occur reuse their compiled kernels (new shapes under
+    bfloat16 cost more than the arithmetic), and one text skips batching altogether. Any other
+    model keeps ``encode``.
+    """
+
+    def forward(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
+        for idx, enc, _, hidden in _passes(tokenizer, bert, max_length, torch, batch_size, texts):
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+        return out
+
+    return forward
+
+
+def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
+    """The last hidden layer per token, with each token's word span, and each text's mean-pooled
+    embedding from the same pass; needs a fast tokenizer (it alone reports offsets). Padded to a
+    multiple of 16 tokens as ``_direct_forward`` is: every new tensor shape keeps its own compiled
+    kernels (one shape per length cost ~270 MB of RSS over 280 searches)."""
+
+    def forward(texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+        means = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
+        out: list[TokenVectors | None] = [None] * len(texts)
+        passes = _passes(tokenizer, bert, max_length, torch, batch_size, texts, offsets=True, pad_single=True)
+        for idx, enc, offsets, hidden in passes:
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            means[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+            for row, i in enumerate(idx):
+                words = enc.word_ids(row)
+                keep = [t for t, w in enumerate(words) if w is not None]
+                spans: dict[int, tuple[int, int]] = {}
+                for t in keep:
+                    a, b = offsets[row][t].tolist()
+                    lo, hi = spans.get(words[t], (a, b))
+                    spans[words[t]] = (min(lo, a), max(hi, b))
+                out[i] = TokenVectors(_normalise(hidden[row, keep].numpy()), [spans[words[t]] for t in keep])
+        return _normalise(means), out
+
+    return forward
+
+
+def _normalise(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
