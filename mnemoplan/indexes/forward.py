@@ -119,12 +119,13 @@ def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch
         for idx, enc, offsets, hidden in passes:
             mask = enc["attention_mask"].unsqueeze(-1).float()
             means[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+            spans_of = offsets.tolist()  # one conversion: indexing the tensor per token cost more than the pass's tail
             for row, i in enumerate(idx):
                 words = enc.word_ids(row)
                 keep = [t for t, w in enumerate(words) if w is not None]
                 spans: dict[int, tuple[int, int]] = {}
                 for t in keep:
-                    a, b = offsets[row][t].tolist()
+                    a, b = spans_of[row][t]
                     lo, hi = spans.get(words[t], (a, b))
                     spans[words[t]] = (min(lo, a), max(hi, b))
                 out[i] = TokenVectors(_normalise(hidden[row, keep].numpy()), [spans[words[t]] for t in keep])

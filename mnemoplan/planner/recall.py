@@ -59,7 +59,9 @@ class RecallConfig:
     """
 
     ranking: RankingConfig = field(default_factory=RankingConfig)
-    modes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"semantic": "minmax"}))
+    modes: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({"semantic": "minmax", "token_match": "minmax"})
+    )
     weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     candidate_pool: int = 120
     token_budget: int = 1_200
@@ -141,8 +143,13 @@ class RecallPipeline:
         self.rerank_deadline_s = 2.0
 
     def plan(self, analysis: QueryAnalysis, limit: int) -> QueryPlan:
-        """The plan recall runs for an analysed query."""
-        return recall_plan(analysis, max_results=limit)
+        """The plan recall runs for an analysed query (without the steps of an index this server
+        lacks: ``token_match`` needs an embedding model that gives token vectors)."""
+        plan = recall_plan(analysis, max_results=limit)
+        names = set(self.registry.names)
+        if all(step.index in names for step in plan.steps):
+            return plan
+        return plan.model_copy(update={"steps": [s for s in plan.steps if s.index in names]})
 
     def execute(self, plan: QueryPlan, scope: Scope, analysis: QueryAnalysis | None) -> list[StepResult]:
         """Run a plan's steps for one scope."""

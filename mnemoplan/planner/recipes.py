@@ -8,6 +8,10 @@ from mnemoplan.model import PlanStep, QueryPlan
 # them out: R@10 -1.4); they serve the session-level (hierarchical) index instead.
 MEMORY_KINDS = ["message", "fact", "procedure"]
 
+# Recall matches tokens for users up to ~15k messages (~20 ms of scan at this size); deep
+# search matches every user's, reading one too large to hold in memory from the log.
+RECALL_MAX_TOKENS = 300_000
+
 RECALL = QueryPlan(
     name="recall",
     query="",
@@ -16,6 +20,9 @@ RECALL = QueryPlan(
                  rationale="keywords and names, with the previous turn as context"),
         PlanStep(step_id="semantic", index="semantic", params={"top_k": 100, "kinds": MEMORY_KINDS}, weight=0.5,
                  rationale="paraphrases the keywords miss"),
+        PlanStep(step_id="tokens", index="token_match", weight=0.35,
+                 params={"top_k": 100, "kinds": MEMORY_KINDS, "max_tokens": RECALL_MAX_TOKENS},
+                 rationale="words of the answer the query only names the kind of"),
     ],
     combination_strategy="weighted_union",
 )  # fmt: skip

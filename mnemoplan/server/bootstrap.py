@@ -19,6 +19,7 @@ from mnemoplan.indexes.search_log import SearchLog
 from mnemoplan.indexes.semantic import SemanticIndex
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.indexes.temporal import TemporalIndex
+from mnemoplan.indexes.token_match import TokenMatchIndex
 from mnemoplan.indexes.working_memory import WorkingMemoryIndex
 from mnemoplan.planner.analyzer import QueryAnalyzer
 from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
@@ -37,8 +38,9 @@ from mnemoplan.server.service import Limits, MemoryService
 log = logging.getLogger(__name__)
 
 
-def build_registry(store: MemoryStore) -> IndexRegistry:
-    """Every searchable index over one store."""
+def build_registry(store: MemoryStore, embedder: Embedder | None = None) -> IndexRegistry:
+    """Every searchable index over one store (``token_match`` with an embedder that gives a
+    query's token vectors)."""
     keys = lambda u: store.keys(u, create=False)  # noqa: E731
     registry = IndexRegistry()
     registry.register(SemanticIndex(store.log))
@@ -49,6 +51,9 @@ def build_registry(store: MemoryStore) -> IndexRegistry:
     registry.register(FactStoreIndex(store.log))
     registry.register(WorkingMemoryIndex(store.log))
     registry.register(HierarchicalIndex(store.log, store.bm25))
+    query_tokens = getattr(embedder, "query_tokens", None)
+    if query_tokens is not None:
+        registry.register(TokenMatchIndex(store.log, query_tokens, store.bm25.word_idf))
     return registry
 
 
@@ -87,7 +92,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
     if repaired:
         log.warning("repaired %d interrupted write(s)", repaired)
     store.maintain_if_fragmented()
-    registry = build_registry(store)
+    registry = build_registry(store, embedder)
     warm_up_dates()  # 0.1-0.2 s here, not in the first query or message that names a date
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemoplan-step")
     recall = RecallPipeline(

@@ -1,0 +1,123 @@
+"""The token index: packed token vectors in the log, held per user, matched token by token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mnemoplan.indexes.token_store import (
+    DIM,
+    TokenBlock,
+    TokenCache,
+    merge_small,
+    pack,
+    project,
+    projection,
+    unpack,
+)
+from mnemoplan.server.service import MemoryService
+from tests.conftest import make_service
+from tests.test_store import say
+
+
+def _unit(rng: np.random.Generator, n: int, width: int = 384) -> np.ndarray:
+    m = rng.standard_normal((n, width)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def test_the_projection_is_fixed_so_stored_tokens_stay_readable() -> None:
+    p = projection(384)
+    assert p.shape == (384, DIM) and set(np.unique(p * np.sqrt(DIM)).round(6)) == {-1.0, 1.0}
+    # The signs come from a hash, not a random generator whose stream could change with numpy.
+    assert (p[0, :8] > 0).tolist() == (projection.__wrapped__(384)[0, :8] > 0).tolist()
+    assert int((p > 0).sum()) == 24_774  # any change here makes every stored memory unreadable
+
+
+def test_packing_keeps_each_tokens_direction() -> None:
+    vectors = _unit(np.random.default_rng(0), 7)
+    codes, scales = unpack(pack(vectors))
+    restored = codes.astype(np.float32) * scales[:, None]
+    exact = project(vectors)
+    cosines = (restored * exact).sum(1) / np.linalg.norm(restored, axis=1)
+    assert codes.shape == (7, DIM) and codes.dtype == np.int8 and cosines.min() > 0.999
+    assert unpack(pack(np.zeros((0, 384), dtype=np.float32)))[0].shape == (0, DIM)
+
+
+def test_a_block_scores_each_memory_by_its_best_token_per_query_token() -> None:
+    rng = np.random.default_rng(1)
+    memories = [_unit(rng, n) for n in (3, 1, 5)]
+    block = TokenBlock.build(["a", "b", "c"], [pack(m) for m in memories], [0, 0, 0], ["", "", ""], [0, 0, 0])
+    query, weights = memories[2][[0, 4]], np.array([0.75, 0.25])  # two of c's own tokens
+    scores = block.match(project(query), weights)
+    assert scores.argmax() == 2 and abs(scores[2] - 1.0) < 0.01
+    brute = [weights @ (project(query) @ project(m).T).max(axis=1) for m in memories]
+    assert np.allclose(scores, brute, atol=0.02)
+    joined = merge_small((block, block, block), most=2)
+    assert len(joined) == 2 and np.allclose(np.concatenate([b.match(project(query), weights) for b in joined]),
+                                            np.concatenate([scores] * 3), atol=1e-5)  # fmt: skip
+
+
+def test_the_cache_refuses_a_load_that_raced_a_change() -> None:
+    cache = TokenCache()
+    block = TokenBlock.build(["a"], [pack(_unit(np.random.default_rng(2), 2))], [0], [""], [0])
+    generation = cache.generation("u")
+    cache.invalidate("u")  # a delete while the load was reading
+    cache.put("u", (block,), generation)
+    assert cache.get("u") is None
+    cache.put("u", (block,), cache.generation("u"))
+    cache.extend("u", TokenBlock.build(["b"], [pack(_unit(np.random.default_rng(3), 1))], [0], [""], [0]))
+    assert [rid for b in cache.get("u") or () for rid in b.ids] == ["a", "b"]
+
+
+def _token_hits(svc: MemoryService, query: str, user: str = "u") -> list[str]:
+    return [item.text for item in svc.single_index_search("token_match", query, user_id=user)]
+
+
+def test_remembered_messages_are_matched_token_by_token_and_forgotten_everywhere(service: MemoryService) -> None:
+    ids = say(service, "u", "s", ("Ann", "I took up kickboxing in March"), ("Ben", "the boiler needs a plumber"))
+    say(service, "v", "s", ("Cy", "kickboxing every Tuesday"))
+    log = service.store.log
+    assert log.count("kind = 'message' AND tokens IS NOT NULL") == 3  # (and the facts read out of them)
+    assert _token_hits(service, "kickboxing?")[0] == "I took up kickboxing in March"
+    assert _token_hits(service, "kickboxing?", "v") == ["kickboxing every Tuesday"]  # each user their own
+    recalled = service.recall("kickboxing", user_id="u", limit=5)
+    assert "tokens" in recalled.trace.plan.steps[2].step_id and recalled.items[0].id == ids[0]
+    assert "tokens" in recalled.items[0].provenance
+    service.forget(ids=[ids[0]], user_id="u")
+    assert "I took up kickboxing in March" not in _token_hits(service, "kickboxing?")
+    assert log.count("user_id = 'u' AND tokens IS NOT NULL AND text LIKE '%kickboxing%'") == 0
+    assert log.count("user_id = 'u' AND tokens IS NOT NULL") == log.count("user_id = 'u'") > 0
+    service.forget(scope="user", user_id="v")
+    assert log.count("user_id = 'v'") == 0 and _token_hits(service, "kickboxing?", "v") == []
+
+
+def test_tokens_written_while_a_user_is_held_are_found_at_once(service: MemoryService) -> None:
+    say(service, "u", "s", ("Ann", "the canoe is green"))
+    assert _token_hits(service, "canoe") == ["the canoe is green"]  # now held in memory
+    say(service, "u", "s", ("Ben", "my kayak is red"))
+    assert _token_hits(service, "kayak") == ["my kayak is red"]
+
+
+def test_a_log_written_before_token_vectors_gains_the_column_and_works(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    say(svc, "u", "s", ("Ann", "the canoe is green"))
+    svc.store.log._table.drop_columns(["tokens"])  # the older schema
+    svc.close()
+    svc = make_service(tmp_path)
+    try:
+        assert _token_hits(svc, "canoe") == []  # what was written before has no tokens...
+        assert svc.recall("canoe", user_id="u").items[0].text == "the canoe is green"  # ...and is found anyway
+        say(svc, "u", "s", ("Ben", "my kayak is red"))
+        assert _token_hits(svc, "kayak") == ["my kayak is red"]
+    finally:
+        svc.close()
+
+
+def test_a_user_too_large_to_hold_is_scanned_only_when_the_step_asks(service: MemoryService) -> None:
+    say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
+    service.store.log.token_cache.max_user_tokens = 1
+    assert _token_hits(service, "kayak") == []
+    found = service.single_index_search("token_match", "kayak", user_id="u", params={"scan_log": True})
+    assert found[0].text == "my kayak is red"
+    assert service.store.log.token_cache.get("u") is None
