@@ -121,3 +121,12 @@ def test_a_user_too_large_to_hold_is_scanned_only_when_the_step_asks(service: Me
     found = service.single_index_search("token_match", "kayak", user_id="u", params={"scan_log": True})
     assert found[0].text == "my kayak is red"
     assert service.store.log.token_cache.get("u") is None
+
+
+def test_recall_leaves_token_matching_to_deep_search_past_its_size_limit(service: MemoryService) -> None:
+    say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
+    assert service.single_index_search("token_match", "kayak", user_id="u", params={"max_memories": 1}) == []
+    assert _token_hits(service, "kayak") == ["my kayak is red"]
+    deep = service.deep_search("kayak", user_id="u")
+    [step] = [s for s in deep.plans[0].steps if s.index == "token_match"]
+    assert step.params["scan_log"] is True and step.params["max_memories"] == 0

@@ -543,12 +543,19 @@ class LanceLog:
         """A user's packed token vectors, in blocks: from memory, else read from the log and held
         when they fit the token cache. A user too large to hold is read a batch at a time when
         ``scan`` is set (a full read of the user per call), and yields nothing otherwise; nor
-        does a user with more than ``most`` token vectors, when ``most`` is set."""
+        does a user with more than ``most`` records, when ``most`` is set (checked before
+        anything is read)."""
+        if self._table is None or (most and self._records_of(user_id) > most):
+            return
         held = self.token_cache.get(user_id)
-        if held is None and self._table is not None:
+        if held is None:
             held = self._load_tokens(user_id, scan)
-        if held is not None and (not most or sum(b.tokens for b in held) <= most):
-            yield from held
+        yield from held or ()
+
+    def _records_of(self, user_id: str) -> int:
+        """How many records a user has: from memory when their vectors are held."""
+        entry = self.vector_cache.get(user_id)
+        return len(entry) if entry is not None else self.count(f"user_id = {sql_str(user_id)}")
 
     def _load_tokens(self, user_id: str, scan: bool) -> tuple[TokenBlock, ...] | None:
         """Read a user's token blocks; held (and returned) when they fit the cache, else

@@ -26,9 +26,9 @@ QUERY_PARAMS = [
         "(seconds at 100k memories); without it such a user gets no hits from this index.",
     ),
     ParamSpec(
-        name="max_tokens", type="integer", default=0, minimum=0,
-        description="Skip users holding more token vectors than this (0: no limit); the scan costs "
-        "~1 ms per 15k tokens, ~100 ms for a 100k-message user.",
+        name="max_memories", type="integer", default=0, minimum=0,
+        description="Skip users with more memories than this (0: no limit); the scan costs ~1 ms per "
+        "700 memories, ~100 ms for a user of 100k messages.",
     ),
 ]  # fmt: skip
 
@@ -68,7 +68,7 @@ class TokenMatchIndex(SearchIndex):
         text = self.param(req, "query") or req.query
         top_k = int(self.param(req, "top_k"))
         blocks = self._log.token_blocks(req.user_id, scan=bool(self.param(req, "scan_log")),
-                                        most=int(self.param(req, "max_tokens")))  # fmt: skip
+                                        most=int(self.param(req, "max_memories")))  # fmt: skip
         first = next(blocks, None)
         if first is None:  # nothing to match: the query is not even embedded
             return []

@@ -111,7 +111,7 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
         if step.index == "entity_graph" and "entity_type" not in params:
             params["hops"] = 2  # thoroughness over recall's milliseconds
         if step.index == "token_match":  # every user, one too large to hold in memory read from the log
-            params.update(scan_log=True, max_tokens=0)
+            params.update(scan_log=True, max_memories=0)
         weight = config.weights.get(step.index, step.weight)
         steps.append(step.model_copy(update={"params": params, "weight": weight}))
     steps.append(PlanStep(step_id="facts", index="fact_store", weight=0.2, rationale="distilled facts"))

@@ -8,9 +8,9 @@ from mnemoplan.model import PlanStep, QueryPlan
 # them out: R@10 -1.4); they serve the session-level (hierarchical) index instead.
 MEMORY_KINDS = ["message", "fact", "procedure"]
 
-# Recall matches tokens for users up to ~15k messages (~20 ms of scan at this size); deep
+# Recall matches tokens for users up to 15k memories (~20 ms of scan at that size); deep
 # search matches every user's, reading one too large to hold in memory from the log.
-RECALL_MAX_TOKENS = 300_000
+RECALL_MAX_MEMORIES = 15_000
 
 RECALL = QueryPlan(
     name="recall",
@@ -21,7 +21,7 @@ RECALL = QueryPlan(
         PlanStep(step_id="semantic", index="semantic", params={"top_k": 100, "kinds": MEMORY_KINDS}, weight=0.5,
                  rationale="paraphrases the keywords miss"),
         PlanStep(step_id="tokens", index="token_match", weight=0.35,
-                 params={"top_k": 100, "kinds": MEMORY_KINDS, "max_tokens": RECALL_MAX_TOKENS},
+                 params={"top_k": 100, "kinds": MEMORY_KINDS, "max_memories": RECALL_MAX_MEMORIES},
                  rationale="words of the answer the query only names the kind of"),
     ],
     combination_strategy="weighted_union",
