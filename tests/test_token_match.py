@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from mnemoplan.indexes import token_store
 from mnemoplan.indexes.token_store import (
     DIM,
     TokenBlock,
@@ -56,6 +58,16 @@ def test_a_block_scores_each_memory_by_its_best_token_per_query_token() -> None:
     joined = merge_small((block, block, block), most=2)
     assert len(joined) == 2 and np.allclose(np.concatenate([b.match(project(query), weights) for b in joined]),
                                             np.concatenate([scores] * 3), atol=1e-5)  # fmt: skip
+
+
+def test_a_block_scored_in_slices_scores_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(4)
+    memories = [_unit(rng, n) for n in (3, 1, 5, 2, 6)]
+    block = TokenBlock.build(list("abcde"), [pack(m) for m in memories], [0] * 5, [""] * 5, [0] * 5)
+    query, weights = project(_unit(rng, 3)), np.array([0.5, 0.3, 0.2])
+    whole = block.match(query, weights)
+    monkeypatch.setattr(token_store, "CHUNK_TOKENS", 4)  # slices of 3, 1, 5 (alone: larger than a slice), 2, 6
+    assert np.allclose(block.match(query, weights), whole)
 
 
 def test_the_cache_refuses_a_load_that_raced_a_change() -> None:

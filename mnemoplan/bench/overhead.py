@@ -1,7 +1,7 @@
 """What planning and plan execution cost on their own, with the indexes' time taken out.
 
-For each sampled question whose deterministic recall plan has exactly three steps (on a
-"when" question: keywords and vectors, then dated records depending on both), the plan
+For each sampled question whose deterministic recall plan has exactly three steps (the plain
+plan: keywords, vectors and token matching, side by side), the plan
 is run once for real to capture what every step returned. Then the same question is
 analysed, planned, validated, executed and fused again, timed, against replay indexes
 that hand back the captured hits at once: what remains is the planner's and the
@@ -18,7 +18,6 @@ from typing import Any
 from mnemoplan.bench.datasets import Question
 from mnemoplan.indexes.base import Hit, LazyVector, SearchIndex, SearchRequest
 from mnemoplan.indexes.registry import IndexRegistry
-from mnemoplan.planner.deterministic import recall_plan
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.fusion import fuse
 from mnemoplan.planner.recall import Scope
@@ -58,7 +57,7 @@ def measure(service: Any, questions: list[Question], sample: int = 100) -> dict[
     picked: list[Question] = []
     for q in questions:
         analysis = analyzer.analyze(q.question, q.conv_id)
-        if not analysis.skip_retrieval and len(recall_plan(analysis, max_results=10).steps) == STEPS:
+        if not analysis.skip_retrieval and len(pipeline.plan(analysis, 10).steps) == STEPS:
             picked.append(q)
     if not picked:
         return None
@@ -72,7 +71,7 @@ def measure(service: Any, questions: list[Question], sample: int = 100) -> dict[
         executor = PlanExecutor(replay_registry, pool)
         for q in picked:
             analysis = analyzer.analyze(q.question, q.conv_id)
-            plan = registry.validate(recall_plan(analysis, max_results=10))
+            plan = registry.validate(pipeline.plan(analysis, 10))
             real = pipeline.execute(plan, Scope(user_id=q.conv_id), analysis)
             for index in replays.values():
                 index.answers.clear()
@@ -83,7 +82,7 @@ def measure(service: Any, questions: list[Question], sample: int = 100) -> dict[
             for _ in range(REPEATS):
                 t0 = time.perf_counter()
                 analysis = analyzer.analyze(q.question, q.conv_id)
-                plan = replay_registry.validate(recall_plan(analysis, max_results=10))
+                plan = replay_registry.validate(pipeline.plan(analysis, 10))
                 t1 = time.perf_counter()
                 base = SearchRequest(user_id=q.conv_id, query=plan.query, params={},
                                      vector=LazyVector(_no_vector), analysis=analysis)  # fmt: skip

@@ -324,7 +324,8 @@ class SentenceEmbedder:
         that asks for both runs the model once."""
         cached = self._cache.get(text)
         if cached is not None:
-            self._cache.move_to_end(text)
+            with contextlib.suppress(KeyError):  # evicted meanwhile by the torch thread: still a valid vector
+                self._cache.move_to_end(text)
             return cached
         self._require()
         if self._tokens is None:
@@ -339,7 +340,8 @@ class SentenceEmbedder:
         """
         cached = self._token_cache.get(text)
         if cached is not None:
-            self._token_cache.move_to_end(text)
+            with contextlib.suppress(KeyError):
+                self._token_cache.move_to_end(text)
             return cached
         self._require_tokens()
         return self._torch.submit(self._query_pass, text).result()[1]

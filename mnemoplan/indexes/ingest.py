@@ -143,9 +143,12 @@ class Ingestor:
                 return self.embed_with_tokens(texts)
             except Unavailable:
                 vectors = self.embed(texts)  # raises the model's own trouble (still loading, broken)
-                log.warning("the embedding model gives no token vectors: memories are stored without them")
-                self.embed_with_tokens = None
-                return vectors, []
+                try:  # the model is up now: was it only loading when tokens were asked for?
+                    return self.embed_with_tokens(texts)
+                except Unavailable:
+                    log.warning("the embedding model gives no token vectors: memories are stored without them")
+                    self.embed_with_tokens = None
+                    return vectors, []
         return self.embed(texts), []
 
     def _pack(self, records: list[Record], texts: list[str], owner: list[int],

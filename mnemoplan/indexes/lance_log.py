@@ -542,24 +542,15 @@ class LanceLog:
     def token_blocks(self, user_id: str, *, scan: bool = False, most: int = 0) -> Iterator[TokenBlock]:
         """A user's packed token vectors, in blocks: from memory, else read from the log and held
         when they fit the token cache. A user too large to hold is read a batch at a time when
-        ``scan`` is set (a full read of the user per call), and yields nothing otherwise; nor
-        does a user with more than ``most`` records, when ``most`` is set (checked before
-        anything is read)."""
+        ``scan`` is set (a full read of the user per call, never all in memory at once), and
+        yields nothing otherwise; nor does a user with more than ``most`` records, when ``most``
+        is set (checked before anything is read)."""
         if self._table is None or (most and self._records_of(user_id) > most):
             return
         held = self.token_cache.get(user_id)
-        if held is None:
-            held = self._load_tokens(user_id, scan)
-        yield from held or ()
-
-    def _records_of(self, user_id: str) -> int:
-        """How many records a user has: from memory when their vectors are held."""
-        entry = self.vector_cache.get(user_id)
-        return len(entry) if entry is not None else self.count(f"user_id = {sql_str(user_id)}")
-
-    def _load_tokens(self, user_id: str, scan: bool) -> tuple[TokenBlock, ...] | None:
-        """Read a user's token blocks; held (and returned) when they fit the cache, else
-        returned only with ``scan``, else None."""
+        if held is not None:
+            yield from held
+            return
         generation = self.token_cache.generation(user_id)
         query = self._table.search().where(f"user_id = {sql_str(user_id)} AND tokens IS NOT NULL")
         loaded: list[TokenBlock] = []
@@ -571,13 +562,22 @@ class LanceLog:
             block = TokenBlock.build(batch.column("id").to_pylist(), batch.column("tokens").to_pylist(),
                                      kinds, projects, occurred)  # fmt: skip
             total += block.tokens
-            if total > self.token_cache.max_user_tokens and not scan:
-                return None
-            loaded.append(block)
-        if total > self.token_cache.max_user_tokens:
-            return tuple(loaded)
-        self.token_cache.put(user_id, tuple(loaded), generation)
-        return self.token_cache.get(user_id) or tuple(loaded)
+            if total <= self.token_cache.max_user_tokens:
+                loaded.append(block)
+                continue
+            if not scan:
+                return
+            yield from loaded  # too large to hold: what was read so far, then each batch as it comes
+            loaded = []
+            yield block
+        if total <= self.token_cache.max_user_tokens:
+            self.token_cache.put(user_id, tuple(loaded), generation)
+            yield from self.token_cache.get(user_id) or tuple(loaded)
+
+    def _records_of(self, user_id: str) -> int:
+        """How many records a user has: from memory when their vectors are held."""
+        entry = self.vector_cache.get(user_id)
+        return len(entry) if entry is not None else self.count(f"user_id = {sql_str(user_id)}")
 
     def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
         """What ranking reads of some records, from memory; None if the user is not held there

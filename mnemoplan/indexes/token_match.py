@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -80,7 +81,7 @@ class TokenMatchIndex(SearchIndex):
         kinds = self.param(req, "kinds")
         ids: list[str] = []
         scores: list[np.ndarray] = []
-        for block in (first, *blocks):
+        for block in itertools.chain([first], blocks):  # one block at a time: a scanned user is never whole
             keep = np.flatnonzero(block.mask(kinds, req.project_id or None, req.after, req.before))
             if keep.size:
                 match = block.match(query, weights)[keep]
