@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from mnemoplan.indexes.token_store import (
     unpack,
 )
 from mnemoplan.server.service import MemoryService
-from tests.conftest import make_service
+from tests.conftest import make_service, server_env
 from tests.test_store import say
 
 
@@ -122,6 +124,26 @@ def test_a_log_written_before_token_vectors_gains_the_column_and_works(tmp_path:
         assert svc.recall("canoe", user_id="u").items[0].text == "the canoe is green"  # ...and is found anyway
         say(svc, "u", "s", ("Ben", "my kayak is red"))
         assert _token_hits(svc, "kayak") == ["my kayak is red"]
+        heard: list[tuple[int, int]] = []
+        assert svc.ingestor.backfill_tokens("u", lambda done, total: heard.append((done, total))) >= 1
+        assert heard and heard[-1][0] == heard[-1][1]
+        assert _token_hits(svc, "canoe") == ["the canoe is green"]
+        assert svc.ingestor.backfill_tokens("u") == 0
+    finally:
+        svc.close()
+
+
+def test_reindex_gives_token_vectors_to_what_was_written_before_them(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    say(svc, "u", "s", ("Ann", "the canoe is green"))
+    svc.store.log._table.drop_columns(["tokens"])
+    svc.close()
+    done = subprocess.run([sys.executable, "-m", "mnemoplan.server.cli", "reindex"], capture_output=True, text=True,
+                          env=server_env(tmp_path), timeout=300, check=True)  # fmt: skip
+    assert "u: 1 records given token vectors" in done.stderr
+    svc = make_service(tmp_path)
+    try:
+        assert _token_hits(svc, "canoe") == ["the canoe is green"]
     finally:
         svc.close()
 

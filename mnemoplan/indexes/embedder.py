@@ -16,6 +16,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -96,9 +97,14 @@ class HashEmbedder:
             out.append(TokenVectors(_normalise(matrix), spans))
         return out
 
-    def embed_with_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
-        """Both of the above."""
-        return self.embed(texts), self.token_vectors(texts)
+    def embed_with_tokens(
+        self, texts: list[str], project: Callable[[int], np.ndarray] | None = None
+    ) -> tuple[np.ndarray, list[TokenVectors]]:
+        """Both of the above; token vectors mapped by ``project(dim)`` when given (renormalised)."""
+        tokens = self.token_vectors(texts)
+        if project is not None:
+            tokens = [TokenVectors(_normalise(t.vectors @ project(self.dim)), t.words) for t in tokens]
+        return self.embed(texts), tokens
 
     def query_tokens(self, text: str) -> TokenVectors:
         """A query's token vectors."""
@@ -297,9 +303,12 @@ class SentenceEmbedder:
             return []
         return self._torch.submit(self._token_pass, self._tokens, texts).result()[1]
 
-    def embed_with_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+    def embed_with_tokens(
+        self, texts: list[str], project: Callable[[int], np.ndarray] | None = None
+    ) -> tuple[np.ndarray, list[TokenVectors]]:
         """Each text's embedding (as ``embed``) and its token vectors, from one forward pass:
-        what ingest stores, for the price of the embedding alone.
+        what ingest stores, for the price of the embedding alone. With ``project``, the token
+        vectors are mapped by the matrix ``project(dim)`` on the model's thread, and renormalised.
 
         Raises:
             Unavailable: as ``token_vectors``.
@@ -307,11 +316,14 @@ class SentenceEmbedder:
         self._require_tokens()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32), []
-        return self._torch.submit(self._token_pass, self._tokens_batched, texts).result()
+        matrix = project(self.dim) if project is not None else None
+        return self._torch.submit(self._token_pass, self._tokens_batched, texts, matrix).result()
 
-    def _token_pass(self, forward: Any, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+    def _token_pass(
+        self, forward: Any, texts: list[str], project: np.ndarray | None = None
+    ) -> tuple[np.ndarray, list[TokenVectors]]:
         with self._torch_settings(len(texts)):
-            return forward(texts)
+            return forward(texts, project)
 
     def clear_cache(self) -> None:
         """Forget cached query embeddings (the bench does, so modes do not profit from each other)."""

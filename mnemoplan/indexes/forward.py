@@ -112,13 +112,20 @@ def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch
     multiple of 16 tokens as ``_direct_forward`` is: every new tensor shape keeps its own compiled
     kernels (one shape per length cost ~270 MB of RSS over 280 searches)."""
 
-    def forward(texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+    def forward(texts: list[str], project: np.ndarray | None = None) -> tuple[np.ndarray, list[TokenVectors]]:
+        """``project``, a (hidden size, d) matrix, maps the token vectors to d dimensions here, in
+        torch, on the model's thread: done in numpy afterwards, OpenBLAS's worker threads spun on
+        and slowed the next pass (bulk ingest 154 -> 116 messages/s)."""
         means = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
         out: list[TokenVectors | None] = [None] * len(texts)
+        projection = torch.from_numpy(np.ascontiguousarray(project, dtype=np.float32)) if project is not None else None
         passes = _passes(tokenizer, bert, max_length, torch, batch_size, texts, offsets=True, pad_single=True)
         for idx, enc, offsets, hidden in passes:
             mask = enc["attention_mask"].unsqueeze(-1).float()
             means[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+            if projection is not None:
+                with torch.autocast("cpu", enabled=False):  # float32: bfloat16 would add its rounding to int8's
+                    hidden = hidden @ projection
             spans_of = offsets.tolist()  # one conversion: indexing the tensor per token cost more than the pass's tail
             for row, i in enumerate(idx):
                 words = enc.word_ids(row)

@@ -26,8 +26,9 @@ from mnemoplan.extract.summary import SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.indexes.derive import decide, episode_record, fact_record
 from mnemoplan.indexes.embedder import TokenVectors
+from mnemoplan.indexes.lance_log import sql_str
 from mnemoplan.indexes.store import MemoryStore
-from mnemoplan.indexes.token_store import pack_many
+from mnemoplan.indexes.token_store import pack_many, projection
 from mnemoplan.model import Record
 
 log = logging.getLogger(__name__)
@@ -91,13 +92,13 @@ class Ingestor:
         embed: Embeds a batch of texts.
         config: What to derive.
         embed_with_tokens: Embeds a batch of texts and gives their token vectors from the same
-            pass (``SentenceEmbedder.embed_with_tokens``); with it, each record's tokens are
-            stored for the ``token_match`` index.
+            pass, projected by ``token_store.projection`` (``SentenceEmbedder.embed_with_tokens``);
+            with it, each record's tokens are stored for the ``token_match`` index.
     """
 
     def __init__(
         self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray], config: IngestConfig | None = None,
-        embed_with_tokens: Callable[[list[str]], tuple[np.ndarray, list[TokenVectors]]] | None = None,
+        embed_with_tokens: Callable[..., tuple[np.ndarray, list[TokenVectors]]] | None = None,
     ) -> None:  # fmt: skip
         self.store = store
         self.embed = embed
@@ -140,11 +141,11 @@ class Ingestor:
     def _embed_chunk(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
         if self.embed_with_tokens is not None:
             try:
-                return self.embed_with_tokens(texts)
+                return self.embed_with_tokens(texts, projection)
             except Unavailable:
                 vectors = self.embed(texts)  # raises the model's own trouble (still loading, broken)
                 try:  # the model is up now: was it only loading when tokens were asked for?
-                    return self.embed_with_tokens(texts)
+                    return self.embed_with_tokens(texts, projection)
                 except Unavailable:
                     log.warning("the embedding model gives no token vectors: memories are stored without them")
                     self.embed_with_tokens = None
@@ -282,6 +283,26 @@ class Ingestor:
         stored = self.store.append(records, np.concatenate(rows), packed)
         self._apply(user_id, supersede, reinforce)
         return IngestResult(ids, stored, duplicates, len(keep) + (episode is not None), warnings)
+
+    def backfill_tokens(self, user_id: str, progress: Progress | None = None, batch: int = 256) -> int:
+        """Give token vectors to a user's records that have none (written before the log had
+        them); summaries never have their own. Returns how many records gained them.
+
+        Re-embeds those records (ingest's speed, ~150 messages/s here); ``progress`` hears
+        (done, total) in records."""
+        if self.embed_with_tokens is None:
+            return 0
+        where = f"user_id = {sql_str(user_id)} AND tokens IS NULL AND kind != 'episode'"
+        missing = sorted(self.store.log.records(where), key=lambda r: r.seq)
+        done = 0
+        for start in range(0, len(missing), batch):
+            part = missing[start : start + batch]
+            _, tokens = self.embed_records(part)
+            self.store.log.set_tokens(user_id, {r.id: t for r, t in zip(part, tokens, strict=True) if t is not None})
+            done += len(part)
+            if progress is not None:
+                progress(done, len(missing))
+        return done
 
     def add_facts(self, user_id: str, facts: list[Record]) -> list[Record]:
         """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules."""

@@ -302,6 +302,14 @@ class LanceLog:
                 self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
                 self.vector_cache.mark_superseded(rid, by_id, user_id)
 
+    def set_tokens(self, user_id: str, tokens: dict[str, bytes]) -> None:
+        """Store packed token vectors for some of a user's records (a backfill of records
+        written before the column)."""
+        with self._changing(list(tokens), vectors=True, user_id=user_id):
+            if self._table is None or not tokens:
+                return
+            self._set_columns({"id": list(tokens), "tokens": list(tokens.values())})
+
     def set_mention_counts(self, counts: dict[str, int]) -> None:
         """Set mention counts (facts said again)."""
         with self._changing(list(counts)):

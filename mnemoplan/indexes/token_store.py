@@ -53,14 +53,16 @@ def project(vectors: np.ndarray) -> np.ndarray:
 
 def pack(vectors: np.ndarray) -> bytes:
     """Token vectors of one memory, projected and quantised, as stored in the log."""
-    return pack_many([vectors])[0]
+    return pack_many([project(vectors)])[0]
 
 
 def pack_many(memories: list[np.ndarray]) -> list[bytes]:
-    """``pack`` for many memories, projected in one matrix product (one per memory cost ~3 ms
-    each while the model ran on the other core)."""
+    """Many memories' token vectors, already projected (``project``, or ``projection`` applied
+    by the model: see ``Ingestor``), quantised; no matrix product here."""
     memories = [m[:_MAX_TOKENS] for m in memories]
-    unit = project(np.concatenate(memories)) if memories else np.zeros((0, DIM), dtype=np.float32)
+    unit = np.concatenate(memories).astype(np.float32, copy=False) if memories else np.zeros((0, DIM), np.float32)
+    if unit.shape[1:] != (DIM,):
+        raise ValueError(f"pack_many takes {DIM}-d projected token vectors, not {unit.shape[1:]}")
     scale = np.abs(unit).max(axis=1) / 127.0
     scale[scale == 0] = 1.0
     codes = np.round(unit / scale[:, None]).astype(np.int8)

@@ -93,13 +93,19 @@ def _open_service(args: argparse.Namespace):
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    """Rebuild the BM25 and graph overlays from the log."""
+    """Rebuild the BM25 and graph overlays from the log, and give token vectors to the records
+    written before the log kept them."""
     service = _open_service(args)
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
         for i, user in enumerate(users, 1):
             counts = service.store.rebuild(user)
             print(f"[{i}/{len(users)}] {user}: {counts.get(user, 0)} records re-indexed", file=sys.stderr)
+            tokens = service.ingestor.backfill_tokens(
+                user, lambda done, total: print(f"  token vectors {done}/{total}", file=sys.stderr)
+            )
+            if tokens:
+                print(f"[{i}/{len(users)}] {user}: {tokens} records given token vectors", file=sys.stderr)
         service.store.maintain()
     finally:
         service.close()
@@ -130,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(func=cmd_config)
 
-    p = sub.add_parser("reindex", help="rebuild the overlays from the log", description=cmd_reindex.__doc__)
+    p = sub.add_parser("reindex", help="rebuild the overlays from the log, backfill token vectors",
+                       description=cmd_reindex.__doc__)  # fmt: skip
     common(p)
     p.set_defaults(func=cmd_reindex)
 
