@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mnemoplan`` console script."""
+    # Before numpy loads: OpenBLAS's worker threads spin on after each product and take the
+    # cores the embedding model runs on (deep search p50 190 -> 120 ms on LoCoMo, recall the
+    # same; bench/README.md). Set it yourself to choose otherwise.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
