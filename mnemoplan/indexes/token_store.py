@@ -16,15 +16,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-import threading
-from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 
-from mnemoplan.indexes.vector_cache import kind_codes, micros
+from mnemoplan.indexes.vector_cache import UserCache, kind_codes, micros
 
 DIM = 128
 _MAGIC = b"T1"
@@ -189,7 +187,7 @@ def merge_small(blocks: tuple[TokenBlock, ...], most: int = 8) -> tuple[TokenBlo
     return blocks
 
 
-class TokenCache:
+class TokenCache(UserCache[tuple[TokenBlock, ...]]):
     """Users' token blocks in memory, least recently used out, kept in step by the log as its
     vector cache is: appends add a block, deletes and rewrites drop the user.
 
@@ -199,37 +197,16 @@ class TokenCache:
     """
 
     def __init__(self, *, max_user_tokens: int = 2_000_000, max_total_tokens: int | None = None) -> None:
+        super().__init__(max_total_tokens or 2 * max_user_tokens)
         self.max_user_tokens = max_user_tokens
-        self.max_total_tokens = max_total_tokens or 2 * max_user_tokens
-        self._users: OrderedDict[str, tuple[TokenBlock, ...]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._epoch = 0
-        self._changes: Counter[str] = Counter()
 
-    def get(self, user_id: str) -> tuple[TokenBlock, ...] | None:
-        """The user's blocks if held."""
-        with self._lock:
-            blocks = self._users.get(user_id)
-            if blocks is not None:
-                self._users.move_to_end(user_id)
-            return blocks
-
-    def generation(self, user_id: str) -> tuple[int, int]:
-        """Read before loading a user's tokens from the log; pass it to ``put``."""
-        with self._lock:
-            return self._epoch, self._changes[user_id]
+    @staticmethod
+    def size(entry: tuple[TokenBlock, ...]) -> int:
+        return sum(b.tokens for b in entry)
 
     def put(self, user_id: str, blocks: tuple[TokenBlock, ...], generation: tuple[int, int]) -> None:
         """Hold a user's tokens loaded whole, unless they changed since ``generation``."""
-        with self._lock:
-            if generation != (self._epoch, self._changes[user_id]):
-                return
-            self._users[user_id] = merge_small(blocks)
-            self._users.move_to_end(user_id)
-            total = sum(b.tokens for bs in self._users.values() for b in bs)
-            while total > self.max_total_tokens and len(self._users) > 1:
-                _, old = self._users.popitem(last=False)
-                total -= sum(b.tokens for b in old)
+        super().put(user_id, merge_small(blocks), generation)
 
     def extend(self, user_id: str, block: TokenBlock) -> None:
         """Add newly written memories to a held user (one not held loads them later)."""
@@ -239,17 +216,8 @@ class TokenCache:
             if blocks is None or not block.ids:
                 return
             held = {rid for b in blocks for rid in b.ids}
-            if any(rid in held for rid in block.ids) or sum(b.tokens for b in blocks) + block.tokens > self.max_user_tokens:  # a load raced the write and holds them: reload later
-                del self._users[user_id]
+            raced = any(rid in held for rid in block.ids)  # a load raced the write and holds them
+            if raced or self.size(blocks) + block.tokens > self.max_user_tokens:
+                del self._users[user_id]  # loaded again on next use
             else:
                 self._users[user_id] = merge_small((*blocks, block))
-
-    def invalidate(self, user_id: str | None = None) -> None:
-        """Drop one user's tokens, or everyone's."""
-        with self._lock:
-            if user_id is None:
-                self._epoch += 1
-                self._users.clear()
-            else:
-                self._changes[user_id] += 1
-                self._users.pop(user_id, None)

@@ -12,13 +12,13 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, get_args
+from typing import Any, Generic, TypeVar, get_args
 
 import numpy as np
 
 from mnemoplan.model import Kind, RecordHead, as_utc
 
-
+Entry = TypeVar("Entry")
 KIND_CODES = {kind: code for code, kind in enumerate(get_args(Kind))}  # small ints: isin on strings is slow
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -220,18 +220,17 @@ class UserVectors:
         return [(self.ids[candidates[i]], float(scores[i])) for i in best]
 
 
-class VectorCache:
-    """Per-user vectors, least recently used first out.
+class UserCache(Generic[Entry]):
+    """Per-user entries in memory, least recently used first out, that a load from the log may
+    only fill if nothing changed the user meanwhile. Subclasses say how big an entry is.
 
     Args:
-        max_user_rows: Users with more rows are not cached (LanceDB's ANN index serves them).
-        max_total_rows: Rows kept across users.
+        max_total: Size (in ``size`` units) kept across users.
     """
 
-    def __init__(self, *, max_user_rows: int = 200_000, max_total_rows: int | None = None) -> None:
-        self.max_user_rows = max_user_rows
-        self.max_total_rows = max_total_rows or 2 * max_user_rows
-        self._users: OrderedDict[str, UserVectors] = OrderedDict()
+    def __init__(self, max_total: int) -> None:
+        self.max_total = max_total
+        self._users: OrderedDict[str, Entry] = OrderedDict()
         self._lock = threading.Lock()
         # Bumped by every change to a user's rows (and, for all users, by a full invalidation):
         # a load that started before one must not be cached (it may miss rows appended
@@ -239,8 +238,13 @@ class VectorCache:
         self._epoch = 0
         self._changes: Counter[str] = Counter()
 
-    def get(self, user_id: str) -> UserVectors | None:
-        """The user's rows if cached."""
+    @staticmethod
+    def size(entry: Entry) -> int:
+        """How much of ``max_total`` an entry takes."""
+        raise NotImplementedError
+
+    def get(self, user_id: str) -> Entry | None:
+        """The user's entry if held."""
         with self._lock:
             entry = self._users.get(user_id)
             if entry is not None:
@@ -252,18 +256,46 @@ class VectorCache:
         with self._lock:
             return self._epoch, self._changes[user_id]
 
-    def put(self, user_id: str, entry: UserVectors, generation: tuple[int, int]) -> None:
-        """Cache a user's rows, loaded whole from the log, unless they changed since
+    def put(self, user_id: str, entry: Entry, generation: tuple[int, int]) -> None:
+        """Hold a user's entry, loaded whole from the log, unless they changed since
         ``generation`` was read (the load may then be stale; the next one will not be)."""
         with self._lock:
             if generation != (self._epoch, self._changes[user_id]):
                 return
             self._users[user_id] = entry
             self._users.move_to_end(user_id)
-            total = sum(len(e) for e in self._users.values())
-            while total > self.max_total_rows and len(self._users) > 1:
+            total = sum(self.size(e) for e in self._users.values())
+            while total > self.max_total and len(self._users) > 1:
                 _, old = self._users.popitem(last=False)
-                total -= len(old)
+                total -= self.size(old)
+
+    def invalidate(self, user_id: str | None = None) -> None:
+        """Drop one user's entry, or everyone's."""
+        with self._lock:
+            if user_id is None:
+                self._epoch += 1
+                self._users.clear()
+            else:
+                self._changes[user_id] += 1
+                self._users.pop(user_id, None)
+
+
+class VectorCache(UserCache[UserVectors]):
+    """Per-user vectors, least recently used first out.
+
+    Args:
+        max_user_rows: Users with more rows are not cached (LanceDB's ANN index serves them).
+        max_total_rows: Rows kept across users.
+    """
+
+    def __init__(self, *, max_user_rows: int = 200_000, max_total_rows: int | None = None) -> None:
+        super().__init__(max_total_rows or 2 * max_user_rows)
+        self.max_user_rows = max_user_rows
+        self.max_total_rows = self.max_total
+
+    @staticmethod
+    def size(entry: UserVectors) -> int:
+        return len(entry)
 
     def extend(self, user_id: str, more: UserVectors) -> None:
         """Append new rows to a cached user (an uncached user loads them later)."""
@@ -298,13 +330,3 @@ class VectorCache:
                 if patched is not None:
                     self._users[owner] = patched
                     return
-
-    def invalidate(self, user_id: str | None = None) -> None:
-        """Drop one user's rows, or everyone's."""
-        with self._lock:
-            if user_id is None:
-                self._epoch += 1
-                self._users.clear()
-            else:
-                self._changes[user_id] += 1
-                self._users.pop(user_id, None)
