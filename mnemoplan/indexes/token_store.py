@@ -22,7 +22,7 @@ from datetime import datetime
 
 import numpy as np
 
-from mnemoplan.indexes.vector_cache import UserCache, kind_codes, micros
+from mnemoplan.indexes.vector_cache import UserCache, passing
 
 DIM = 128
 _MAGIC = b"T1"
@@ -160,16 +160,7 @@ class TokenBlock:
     def mask(self, kinds: list[str] | None, project_id: str | None, after: datetime | None,
              before: datetime | None) -> np.ndarray:  # fmt: skip
         """Which memories pass the filters."""
-        keep = np.ones(len(self.ids), dtype=bool)
-        if kinds:
-            keep &= np.isin(self.kinds, kind_codes(kinds))
-        if project_id:
-            keep &= self.projects == project_id
-        if after is not None:
-            keep &= self.occurred >= micros(after)
-        if before is not None:
-            keep &= self.occurred < micros(before)
-        return keep
+        return passing(self.kinds, self.projects, self.occurred, kinds, project_id, after, before)
 
 
 def merge_small(blocks: tuple[TokenBlock, ...], most: int = 8) -> tuple[TokenBlock, ...]:

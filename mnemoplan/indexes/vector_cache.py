@@ -34,6 +34,23 @@ def kind_codes(kinds: list[str]) -> list[int]:
     return [KIND_CODES[k] for k in kinds if k in KIND_CODES]
 
 
+def passing(
+    kind_column: np.ndarray, projects: np.ndarray, occurred: np.ndarray, kinds: list[str] | None,
+    project_id: str | None, after: datetime | None, before: datetime | None,
+) -> np.ndarray:  # fmt: skip
+    """Which rows pass a search's filters, from their kind codes, projects and times (``micros``)."""
+    mask = np.ones(len(kind_column), dtype=bool)
+    if kinds:
+        mask &= np.isin(kind_column, kind_codes(kinds))
+    if project_id:
+        mask &= projects == project_id
+    if after is not None:
+        mask &= occurred >= micros(after)
+    if before is not None:
+        mask &= occurred < micros(before)
+    return mask
+
+
 class _Buffer:
     """Row storage with spare capacity, shared by successive snapshots of one user.
 
@@ -201,15 +218,7 @@ class UserVectors:
         if not self.ids or k <= 0:
             return []
         sims = self.matrix @ np.asarray(vector, dtype=np.float32)
-        mask = np.ones(len(self.ids), dtype=bool)
-        if kinds:
-            mask &= np.isin(self.kinds, kind_codes(kinds))
-        if project_id:
-            mask &= self.projects == project_id
-        if after is not None:
-            mask &= self.occurred >= micros(after)
-        if before is not None:
-            mask &= self.occurred < micros(before)
+        mask = passing(self.kinds, self.projects, self.occurred, kinds, project_id, after, before)
         candidates = np.flatnonzero(mask)
         if candidates.size == 0:
             return []
