@@ -26,12 +26,12 @@ import numpy as np
 from mnemoplan.errors import Unavailable
 from mnemoplan.indexes.forward import (
     TokenVectors,
-    _direct_forward,
-    _native_bf16,
-    _normalise,
-    _st_plain_parts,
-    _token_forward,
+    direct_forward,
+    native_bf16,
+    normalise,
     plain_mean_pooling,
+    st_plain_parts,
+    token_forward,
 )
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class HashEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return _normalise(np.stack([self._vector(t) for t in texts]))
+        return normalise(np.stack([self._vector(t) for t in texts]))
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
@@ -94,7 +94,7 @@ class HashEmbedder:
             spans = [m.span() for m in re.finditer(r"\w+", text)]
             vectors = [self._vector(text[a:b]) for a, b in spans]
             matrix = np.stack(vectors) if vectors else np.zeros((0, self.dim), dtype=np.float32)
-            out.append(TokenVectors(_normalise(matrix), spans))
+            out.append(TokenVectors(normalise(matrix), spans))
         return out
 
     def embed_with_tokens(
@@ -103,7 +103,7 @@ class HashEmbedder:
         """Both of the above; token vectors mapped by ``project(dim)`` when given (renormalised)."""
         tokens = self.token_vectors(texts)
         if project is not None:
-            tokens = [TokenVectors(_normalise(t.vectors @ project(self.dim)), t.words) for t in tokens]
+            tokens = [TokenVectors(normalise(t.vectors @ project(self.dim)), t.words) for t in tokens]
         return self.embed(texts), tokens
 
     def query_tokens(self, text: str) -> TokenVectors:
@@ -192,7 +192,7 @@ class SentenceEmbedder:
             if self._threads:
                 torch.set_num_threads(self._threads)
             self._batch_threads = torch.get_num_threads()
-            if self._precision == "bf16" or (self._precision == "auto" and _native_bf16(torch)):
+            if self._precision == "bf16" or (self._precision == "auto" and native_bf16(torch)):
                 self._autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
             max_length = plain_mean_pooling(path)
             if max_length is not None:  # the transformer alone: no sentence-transformers import
@@ -210,12 +210,12 @@ class SentenceEmbedder:
                 dim = model.get_embedding_dimension()
                 if dim:
                     self.dim = int(dim)
-                parts = _st_plain_parts(model)
+                parts = st_plain_parts(model)
             if parts is not None:
-                self._direct = _direct_forward(*parts, torch, self._batch_size)
+                self._direct = direct_forward(*parts, torch, self._batch_size)
                 if getattr(parts[0], "is_fast", False):
-                    self._tokens = _token_forward(*parts, torch, min(self._batch_size, TOKEN_BATCH))
-                    self._tokens_batched = _token_forward(*parts, torch, self._batch_size)
+                    self._tokens = token_forward(*parts, torch, min(self._batch_size, TOKEN_BATCH))
+                    self._tokens_batched = token_forward(*parts, torch, self._batch_size)
             self._model = model
             log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
         except BaseException as exc:  # reported to every caller of embed()
@@ -284,7 +284,7 @@ class SentenceEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vectors = self._torch.submit(self._forward, texts).result()
-        return _normalise(np.asarray(vectors, dtype=np.float32))
+        return normalise(np.asarray(vectors, dtype=np.float32))
 
     def _require_tokens(self) -> None:
         self._require()

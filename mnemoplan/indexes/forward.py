@@ -21,7 +21,7 @@ class TokenVectors:
     words: list[tuple[int, int]]
 
 
-def _native_bf16(torch: Any) -> bool:
+def native_bf16(torch: Any) -> bool:
     """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX)."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
@@ -58,7 +58,7 @@ def plain_mean_pooling(path: str) -> int | None:
     return int(length) if isinstance(length, int) and length > 0 else None
 
 
-def _st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
+def st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
     """Tokenizer, transformer and maximum length of a loaded sentence-transformers model that is
     the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other."""
     names = [type(module).__name__ for module in model]
@@ -85,7 +85,13 @@ def _passes(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: 
             yield idx, enc, spans, bert(**enc).last_hidden_state.float()
 
 
-def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
+def _mean_pooled(enc: Any, hidden: Any) -> np.ndarray:
+    """Each text's mean over its real (unpadded) tokens' last hidden states."""
+    mask = enc["attention_mask"].unsqueeze(-1).float()
+    return ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+
+
+def direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
     """A direct forward pass over the model's layers, for the plain Transformer -> mean Pooling
     -> Normalize pipeline, whose results it reproduces (cosine > 0.99999; identical with the
     same weights loaded either way).
@@ -99,17 +105,16 @@ def _direct_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batc
     def forward(texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
         for idx, enc, _, hidden in _passes(tokenizer, bert, max_length, torch, batch_size, texts):
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+            out[idx] = _mean_pooled(enc, hidden)
         return out
 
     return forward
 
 
-def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
+def token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_size: int) -> Any:
     """The last hidden layer per token, with each token's word span, and each text's mean-pooled
     embedding from the same pass; needs a fast tokenizer (it alone reports offsets). Padded to a
-    multiple of 16 tokens as ``_direct_forward`` is: every new tensor shape keeps its own compiled
+    multiple of 16 tokens as ``direct_forward`` is: every new tensor shape keeps its own compiled
     kernels (one shape per length cost ~270 MB of RSS over 280 searches)."""
 
     def forward(texts: list[str], project: np.ndarray | None = None) -> tuple[np.ndarray, list[TokenVectors]]:
@@ -121,8 +126,7 @@ def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch
         projection = torch.from_numpy(np.ascontiguousarray(project, dtype=np.float32)) if project is not None else None
         passes = _passes(tokenizer, bert, max_length, torch, batch_size, texts, offsets=True, pad_single=True)
         for idx, enc, offsets, hidden in passes:
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            means[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).numpy()
+            means[idx] = _mean_pooled(enc, hidden)
             if projection is not None:
                 with torch.autocast("cpu", enabled=False):  # float32: bfloat16 would add its rounding to int8's
                     hidden = hidden @ projection
@@ -135,13 +139,13 @@ def _token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch
                     a, b = spans_of[row][t]
                     lo, hi = spans.get(words[t], (a, b))
                     spans[words[t]] = (min(lo, a), max(hi, b))
-                out[i] = TokenVectors(_normalise(hidden[row, keep].numpy()), [spans[words[t]] for t in keep])
-        return _normalise(means), out
+                out[i] = TokenVectors(normalise(hidden[row, keep].numpy()), [spans[words[t]] for t in keep])
+        return normalise(means), out
 
     return forward
 
 
-def _normalise(matrix: np.ndarray) -> np.ndarray:
+def normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (matrix / norms).astype(np.float32)

@@ -139,18 +139,18 @@ class Ingestor:
         return sums / norms, self._pack(records, texts, owner, tokens)
 
     def _embed_chunk(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
-        if self.embed_with_tokens is not None:
-            try:
-                return self.embed_with_tokens(texts, projection)
-            except Unavailable:
-                vectors = self.embed(texts)  # raises the model's own trouble (still loading, broken)
-                try:  # the model is up now: was it only loading when tokens were asked for?
-                    return self.embed_with_tokens(texts, projection)
-                except Unavailable:
-                    log.warning("the embedding model gives no token vectors: memories are stored without them")
-                    self.embed_with_tokens = None
-                    return vectors, []
-        return self.embed(texts), []
+        if self.embed_with_tokens is None:
+            return self.embed(texts), []
+        try:
+            return self.embed_with_tokens(texts, projection)
+        except Unavailable:
+            vectors = self.embed(texts)  # raises the model's own trouble (still loading, broken)
+        try:  # the model is up now: was it only loading when tokens were asked for?
+            return self.embed_with_tokens(texts, projection)
+        except Unavailable:
+            log.warning("the embedding model gives no token vectors: memories are stored without them")
+            self.embed_with_tokens = None
+            return vectors, []
 
     def _pack(self, records: list[Record], texts: list[str], owner: list[int],
               tokens: list[TokenVectors]) -> list[bytes | None]:  # fmt: skip

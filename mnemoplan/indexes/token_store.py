@@ -113,9 +113,10 @@ class TokenBlock:
     occurred: np.ndarray  # micros()
 
     @classmethod
-    def build(cls, ids: list[str], blobs: list[bytes], kinds: list[int], projects: list[str],
-              occurred: list[int]) -> TokenBlock:  # fmt: skip
-        """A block from packed memories (ones with no tokens are left out)."""
+    def build(cls, ids: list[str], blobs: list[bytes], kinds: np.ndarray, projects: np.ndarray,
+              occurred: np.ndarray) -> TokenBlock:  # fmt: skip
+        """A block from packed memories and their kind codes, projects and times (``micros``);
+        memories with no tokens are left out."""
         keep, codes, scales = [], [], []
         for i, blob in enumerate(blobs):
             c, s = unpack(blob)
@@ -129,9 +130,9 @@ class TokenBlock:
             codes=np.concatenate(codes) if codes else np.zeros((0, DIM), dtype=np.int8),
             scales=np.concatenate(scales) if scales else np.zeros(0, dtype=np.float32),
             starts=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(keep) else lengths,
-            kinds=np.asarray([kinds[i] for i in keep], dtype=np.int8),
-            projects=np.asarray([projects[i] for i in keep], dtype=object),
-            occurred=np.asarray([occurred[i] for i in keep], dtype=np.int64),
+            kinds=np.asarray(kinds, dtype=np.int8)[keep],
+            projects=np.asarray(projects, dtype=object)[keep],
+            occurred=np.asarray(occurred, dtype=np.int64)[keep],
         )
 
     @property

@@ -29,6 +29,11 @@ def micros(when: datetime) -> int:
     return (as_utc(when) - _EPOCH) // _MICROSECOND
 
 
+def kind_code_array(kinds: Any) -> np.ndarray:
+    """The code of each record's kind (-1 for an unknown one), as int8."""
+    return np.asarray([KIND_CODES.get(k, -1) for k in kinds], dtype=np.int8)
+
+
 def kind_codes(kinds: list[str]) -> list[int]:
     """The codes of some kinds (unknown kinds match nothing)."""
     return [KIND_CODES[k] for k in kinds if k in KIND_CODES]
@@ -126,7 +131,7 @@ class UserVectors:
         return cls(
             ids=list(ids),
             matrix=matrix,
-            kinds=np.asarray([KIND_CODES.get(k, -1) for k in col("kind", "", object)], dtype=np.int8),
+            kinds=kind_code_array(col("kind", "", object)),
             projects=col("project_id", "", object),
             occurred=np.asarray(occurred, dtype=np.int64),
             sessions=col("session_id", "", object),
