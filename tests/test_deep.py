@@ -112,14 +112,22 @@ def test_rules_only_deep_search_reports_plans_steps_and_stats(service: MemorySer
     assert len(fingerprints) == len(set(fingerprints))  # never the same plan twice
 
 
-def test_without_an_llm_deep_search_re_scores_token_by_token(tmp_path: Path) -> None:
+def test_without_an_llm_deep_search_re_scores_token_by_token_what_the_token_index_cannot(tmp_path: Path) -> None:
     question = "Where does Ben's sister teach chemistry?"
     on = make_service(tmp_path / "on")
     off = make_service(tmp_path / "off", deep_token_rerank=0.0)
     try:
         for svc in (on, off):
             seed(svc)
+        fused = on.deep_search(question, user_id="u")  # the token_match step found them: no second pass
+        assert any(s.index == "token_match" and s.count for s in fused.steps)
+        assert "rerank" not in fused.stats.durations_ms and not fused.warnings
+        for svc in (on, off):  # a log written before token vectors (until `mnemoplan reindex`)
+            svc.store.log._table.drop_columns(["tokens"])
+            svc.close()
+        on, off = make_service(tmp_path / "on"), make_service(tmp_path / "off", deep_token_rerank=0.0)
         result, plain = on.deep_search(question, user_id="u"), off.deep_search(question, user_id="u")
+        assert not any(s.index == "token_match" and s.count for s in result.steps)
         assert result.items and all("token_match" in i.scores for i in result.items)
         assert "rerank" in result.stats.durations_ms and not result.warnings
         assert [i.score for i in result.items] == sorted((i.score for i in result.items), reverse=True)

@@ -346,11 +346,15 @@ class DeepSearch:
         return self._result(query, scope, items, evaluation, run, started)
 
     def _rerank(self, query: str, user_id: str, items: list[MemoryItem], run: _Run) -> list[MemoryItem]:
-        if self.llm.reranker is None or not items:
+        reranker = self.llm.reranker
+        if reranker is None or not items:
+            return items
+        covered = getattr(reranker, "covered_by", None)  # a reranker whose signal an index already fused
+        if covered is not None and any(r.step.index == covered and r.hits for r in run.results):
             return items
         t0 = time.perf_counter()
         deadline = self.config.rerank_deadline_s
-        outcome = self.llm.reranker.rerank(query, items, deadline_s=deadline, user_id=user_id)
+        outcome = reranker.rerank(query, items, deadline_s=deadline, user_id=user_id)
         run.time("rerank", t0)
         run.charge(outcome.usage)
         run.rerank_fallbacks += outcome.fallbacks
