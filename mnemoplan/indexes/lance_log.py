@@ -554,6 +554,8 @@ class LanceLog:
         is set (checked before anything is read)."""
         if self._table is None or (most and self._records_of(user_id) > most):
             return
+        if not scan and self.token_cache.too_large(user_id):  # found so before: not read again
+            return
         held = self.token_cache.get(user_id)
         if held is not None:
             yield from held
@@ -571,6 +573,7 @@ class LanceLog:
                 loaded.append(block)
                 continue
             if not scan:
+                self.token_cache.mark_too_large(user_id, generation)
                 return
             yield from loaded  # too large to hold: what was read so far, then each batch as it comes
             loaded = []
@@ -578,6 +581,8 @@ class LanceLog:
         if total <= self.token_cache.max_user_tokens:
             self.token_cache.put(user_id, tuple(loaded), generation)
             yield from self.token_cache.get(user_id) or tuple(loaded)
+        else:
+            self.token_cache.mark_too_large(user_id, generation)
 
     def _records_of(self, user_id: str) -> int:
         """How many records a user has: from memory when their vectors are held."""

@@ -191,6 +191,29 @@ class TokenCache(UserCache[tuple[TokenBlock, ...]]):
     def __init__(self, *, max_user_tokens: int = 2_000_000, max_total_tokens: int | None = None) -> None:
         super().__init__(max_total_tokens or 2 * max_user_tokens)
         self.max_user_tokens = max_user_tokens
+        self._too_large: set[str] = set()  # found over max_user_tokens; appends only add to them
+
+    def mark_too_large(self, user_id: str, generation: tuple[int, int]) -> None:
+        """Remember that a user's tokens, read from the log since ``generation``, did not fit:
+        a search that does not scan then skips them without reading the log again. Kept through
+        appends, forgotten when the user's rows are deleted or rewritten."""
+        with self._lock:
+            if generation == (self._epoch, self._changes[user_id]):
+                self._too_large.add(user_id)
+
+    def too_large(self, user_id: str) -> bool:
+        """Whether the user was found too large to hold (see ``mark_too_large``)."""
+        with self._lock:
+            return user_id in self._too_large
+
+    def invalidate(self, user_id: str | None = None) -> None:
+        """Drop one user's tokens, or everyone's, and what was learnt of their size."""
+        with self._lock:
+            if user_id is None:
+                self._too_large.clear()
+            else:
+                self._too_large.discard(user_id)
+        super().invalidate(user_id)
 
     @staticmethod
     def size(entry: tuple[TokenBlock, ...]) -> int:
