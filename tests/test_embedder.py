@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mnemoplan.indexes.embedder import plain_mean_pooling
+from mnemoplan.indexes.forward import st_plain_parts
 
 TYPES = ["Transformer", "Pooling", "Normalize"]
 
@@ -51,3 +52,20 @@ def test_a_directory_without_the_files_is_not_plain(tmp_path: Path) -> None:
     assert plain_mean_pooling(str(tmp_path)) is None
     (tmp_path / "modules.json").write_text("not json")
     assert plain_mean_pooling(str(tmp_path)) is None
+
+
+def loaded(*names: str, lower: bool = False, mode: str = "mean") -> list[object]:
+    """A stand-in for a loaded sentence-transformers model: its modules, by class name."""
+    modules = [type(name, (), {})() for name in names]
+    modules[0].__dict__.update(tokenizer="tok", auto_model="bert", max_seq_length=128, do_lower_case=lower)
+    if len(modules) > 1:
+        modules[1].__dict__.update(pooling_mode=mode)
+    return modules
+
+
+def test_a_loaded_plain_model_runs_directly_and_anything_else_does_not() -> None:
+    assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize")) == ("tok", "bert", 128)
+    assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize", lower=True)) is None  # it lowercases
+    assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize", "Dense")) is None  # a module more
+    assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize", mode="cls")) is None
+    assert st_plain_parts(loaded("Transformer", "Pooling")) is None

@@ -60,11 +60,13 @@ def plain_mean_pooling(path: str) -> int | None:
 
 def st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
     """Tokenizer, transformer and maximum length of a loaded sentence-transformers model that is
-    the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other."""
+    the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other, including one
+    whose Transformer lowercases its input (the direct pass would not) or that has more modules
+    (the direct pass would skip them)."""
     names = [type(module).__name__ for module in model]
     pooling = model[1] if len(names) > 1 else None
     mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
-    if names[:3] != ["Transformer", "Pooling", "Normalize"] or mode != "mean":
+    if names != ["Transformer", "Pooling", "Normalize"] or mode != "mean" or getattr(model[0], "do_lower_case", False):
         return None
     return model[0].tokenizer, model[0].auto_model, model[0].max_seq_length
 
