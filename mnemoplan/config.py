@@ -59,6 +59,11 @@ class Settings(BaseSettings):
         200_000, ge=0, description="Users with up to this many records get exact vector search from memory "
         "(1.5 KB a record; two such users at most); larger ones use LanceDB's ANN index.",
     )
+    token_cache_tokens: int = Field(
+        2_000_000, ge=0, description="Users with up to this many stored token vectors have them held in memory for "
+        "token_match (130 bytes each; two such users at most); deep search reads larger ones from the log, "
+        "recall skips them (0: none held).",
+    )  # fmt: skip
     # Recall
     recall_token_budget: int = Field(1_200, ge=50, description="Token budget of recall's context string.")
     recall_weights: dict[str, float] = Field(

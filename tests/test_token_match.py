@@ -158,21 +158,24 @@ def test_a_user_too_large_to_hold_is_scanned_only_when_the_step_asks(service: Me
 
 
 def test_a_user_found_too_large_is_not_read_again_until_their_memories_shrink(
-    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    service = make_service(tmp_path, token_cache_tokens=5)  # the setting reaches the cache
     log = service.store.log
-    ids = say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
-    log.token_cache.max_user_tokens = 5
-    assert _token_hits(service, "kayak") == [] and log.token_cache.too_large("u")
-    reads: list[str] = []
-    search = log._table.search
-    monkeypatch.setattr(log._table, "search", lambda *a, **k: reads.append("read") or search(*a, **k))
-    assert _token_hits(service, "kayak") == [] and not reads  # known too large: the log is not read
-    say(service, "u", "s", ("Ann", "a third boat"))
-    assert _token_hits(service, "kayak") == [] and not reads  # an append only makes them larger
-    log.token_cache.max_user_tokens = 2_000_000
-    service.forget(ids=[ids[0]], user_id="u")
-    assert _token_hits(service, "kayak") == ["my kayak is red"]  # a delete: measured again
+    try:
+        ids = say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
+        assert _token_hits(service, "kayak") == [] and log.token_cache.too_large("u")
+        reads: list[str] = []
+        search = log._table.search
+        monkeypatch.setattr(log._table, "search", lambda *a, **k: reads.append("read") or search(*a, **k))
+        assert _token_hits(service, "kayak") == [] and not reads  # known too large: the log is not read
+        say(service, "u", "s", ("Ann", "a third boat"))
+        assert _token_hits(service, "kayak") == [] and not reads  # an append only makes them larger
+        log.token_cache.max_user_tokens = 2_000_000
+        service.forget(ids=[ids[0]], user_id="u")
+        assert _token_hits(service, "kayak") == ["my kayak is red"]  # a delete: measured again
+    finally:
+        service.close()
 
 
 def test_recall_leaves_token_matching_to_deep_search_past_its_size_limit(service: MemoryService) -> None:

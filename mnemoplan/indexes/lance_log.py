@@ -146,18 +146,19 @@ class LanceLog:
         ann_min_rows: Build an approximate vector index once the table has this many rows.
         cache_records: Records kept in memory for hydration (0 disables the cache).
         cache_vectors_per_user: Users with at most this many records are searched in memory.
+        cache_tokens_per_user: Users with at most this many token vectors have them held in memory.
     """
 
     def __init__(
         self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000,
-        cache_vectors_per_user: int = 200_000,
+        cache_vectors_per_user: int = 200_000, cache_tokens_per_user: int = 2_000_000,
     ) -> None:
         self.cache = RecordCache(cache_records)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
         # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
         self._rewrite_lock = threading.Lock()
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
-        self.token_cache = TokenCache()
+        self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
         path.mkdir(parents=True, exist_ok=True)
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
         self._db = lancedb.connect(str(path))

@@ -73,6 +73,8 @@ class MemoryStore:
         graph_buffer_pool_mb: Kùzu's page cache; allocated as used, a limit rather than a reservation.
         vector_cache_rows: Users with at most this many records are searched exactly, in memory
             (1.5 KB a row); larger ones through LanceDB's ANN index.
+        token_cache_tokens: Users with at most this many token vectors have them held in memory
+            (130 bytes each); larger ones are read from the log when a search asks.
     """
 
     def __init__(
@@ -85,11 +87,13 @@ class MemoryStore:
         maintain_every: int = 64,
         graph_buffer_pool_mb: int = 1024,
         vector_cache_rows: int = 200_000,
+        token_cache_tokens: int = 2_000_000,
     ) -> None:
         self.data_dir = data_dir
         self._lock_fd = _lock_data_dir(data_dir)
         try:
-            self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows)
+            self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows,
+                                cache_tokens_per_user=token_cache_tokens)  # fmt: skip
             self.bm25 = BM25Index(data_dir / "bm25")
             self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu", buffer_pool_mb=graph_buffer_pool_mb)
             self.journal = WriteJournal(data_dir / "journal")

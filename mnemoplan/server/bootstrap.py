@@ -86,7 +86,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
     )
     store = MemoryStore(
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
-        vector_cache_rows=settings.vector_cache_rows,
+        vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
     )  # fmt: skip
     repaired = store.repair()
     if repaired:
