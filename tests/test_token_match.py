@@ -157,13 +157,32 @@ def test_a_user_too_large_to_hold_is_scanned_only_when_the_step_asks(service: Me
     assert service.store.log.token_cache.get("u") is None
 
 
+def test_a_too_large_verdict_survives_appends_but_not_a_delete_during_or_after_the_read() -> None:
+    cache = TokenCache(max_user_tokens=1)
+    block = TokenBlock.build(["a"], [pack(_unit(np.random.default_rng(2), 3))], [0], [""], [0])
+    stamp = cache.size_stamp("u")
+    cache.extend("u", block)  # appended while the user was being read: still too large
+    cache.mark_too_large("u", stamp)
+    assert cache.too_large("u") and not cache.too_large("v")
+    cache.invalidate("u")  # a delete: measure again
+    assert not cache.too_large("u")
+    for drop in ("u", None):  # a delete, or everyone's invalidation, while the user was being read
+        stamp = cache.size_stamp("u")
+        cache.invalidate(drop)
+        cache.mark_too_large("u", stamp)
+        assert not cache.too_large("u")
+    cache.mark_too_large("u", cache.size_stamp("u"))
+    cache.invalidate()
+    assert not cache.too_large("u")
+
+
 def test_a_user_found_too_large_is_not_read_again_until_their_memories_shrink(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service = make_service(tmp_path, token_cache_tokens=5)  # the setting reaches the cache
     log = service.store.log
     try:
-        ids = say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
+        say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
         assert _token_hits(service, "kayak") == [] and log.token_cache.too_large("u")
         reads: list[str] = []
         search = log._table.search
@@ -171,9 +190,10 @@ def test_a_user_found_too_large_is_not_read_again_until_their_memories_shrink(
         assert _token_hits(service, "kayak") == [] and not reads  # known too large: the log is not read
         say(service, "u", "s", ("Ann", "a third boat"))
         assert _token_hits(service, "kayak") == [] and not reads  # an append only makes them larger
-        log.token_cache.max_user_tokens = 2_000_000
-        service.forget(ids=[ids[0]], user_id="u")
-        assert _token_hits(service, "kayak") == ["my kayak is red"]  # a delete: measured again
+        service.forget(scope="session", user_id="u", session_id="s")
+        say(service, "u", "t", ("Ben", "my kayak is red"))
+        assert not log.token_cache.too_large("u")  # the delete voided the verdict...
+        assert _token_hits(service, "kayak") == ["my kayak is red"] and reads  # ...so they are read and fit
     finally:
         service.close()
 

@@ -553,15 +553,15 @@ class LanceLog:
         ``scan`` is set (a full read of the user per call, never all in memory at once), and
         yields nothing otherwise; nor does a user with more than ``most`` records, when ``most``
         is set (checked before anything is read)."""
-        if self._table is None or (most and self._records_of(user_id) > most):
+        if self._table is None or (not scan and self.token_cache.too_large(user_id)):  # not read again
             return
-        if not scan and self.token_cache.too_large(user_id):  # found so before: not read again
+        if most and self._records_of(user_id) > most:
             return
         held = self.token_cache.get(user_id)
         if held is not None:
             yield from held
             return
-        generation = self.token_cache.generation(user_id)
+        generation, stamp = self.token_cache.generation(user_id), self.token_cache.size_stamp(user_id)
         query = self._table.search().where(f"user_id = {sql_str(user_id)} AND tokens IS NOT NULL")
         loaded: list[TokenBlock] = []
         total = 0
@@ -574,7 +574,7 @@ class LanceLog:
                 loaded.append(block)
                 continue
             if not scan:
-                self.token_cache.mark_too_large(user_id, generation)
+                self.token_cache.mark_too_large(user_id, stamp)
                 return
             yield from loaded  # too large to hold: what was read so far, then each batch as it comes
             loaded = []
@@ -583,7 +583,7 @@ class LanceLog:
             self.token_cache.put(user_id, tuple(loaded), generation)
             yield from self.token_cache.get(user_id) or tuple(loaded)
         else:
-            self.token_cache.mark_too_large(user_id, generation)
+            self.token_cache.mark_too_large(user_id, stamp)
 
     def _records_of(self, user_id: str) -> int:
         """How many records a user has: from memory when their vectors are held."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -191,14 +192,22 @@ class TokenCache(UserCache[tuple[TokenBlock, ...]]):
     def __init__(self, *, max_user_tokens: int = 2_000_000, max_total_tokens: int | None = None) -> None:
         super().__init__(max_total_tokens or 2 * max_user_tokens)
         self.max_user_tokens = max_user_tokens
-        self._too_large: set[str] = set()  # found over max_user_tokens; appends only add to them
+        # Users found over max_user_tokens. Appends only add tokens, so only a delete or a
+        # rewrite (``invalidate``) forgets the verdict; ``_shrinks`` counts those per user.
+        self._too_large: set[str] = set()
+        self._shrinks: Counter[str] = Counter()
 
-    def mark_too_large(self, user_id: str, generation: tuple[int, int]) -> None:
-        """Remember that a user's tokens, read from the log since ``generation``, did not fit:
-        a search that does not scan then skips them without reading the log again. Kept through
-        appends, forgotten when the user's rows are deleted or rewritten."""
+    def size_stamp(self, user_id: str) -> tuple[int, int]:
+        """Read before loading a user's tokens; pass it to ``mark_too_large``."""
         with self._lock:
-            if generation == (self._epoch, self._changes[user_id]):
+            return self._epoch, self._shrinks[user_id]
+
+    def mark_too_large(self, user_id: str, stamp: tuple[int, int]) -> None:
+        """Remember that a user's tokens, read from the log since ``stamp``, did not fit: a search
+        that does not scan then skips them without reading the log again. Appends meanwhile
+        do not matter (they only add tokens); a delete or rewrite meanwhile voids the verdict."""
+        with self._lock:
+            if stamp == (self._epoch, self._shrinks[user_id]):
                 self._too_large.add(user_id)
 
     def too_large(self, user_id: str) -> bool:
@@ -206,14 +215,13 @@ class TokenCache(UserCache[tuple[TokenBlock, ...]]):
         with self._lock:
             return user_id in self._too_large
 
-    def invalidate(self, user_id: str | None = None) -> None:
-        """Drop one user's tokens, or everyone's, and what was learnt of their size."""
-        with self._lock:
-            if user_id is None:
-                self._too_large.clear()
-            else:
-                self._too_large.discard(user_id)
-        super().invalidate(user_id)
+    def _invalidate(self, user_id: str | None) -> None:
+        super()._invalidate(user_id)
+        if user_id is None:
+            self._too_large.clear()
+        else:
+            self._too_large.discard(user_id)
+            self._shrinks[user_id] += 1
 
     @staticmethod
     def size(entry: tuple[TokenBlock, ...]) -> int:

@@ -286,12 +286,16 @@ class UserCache(Generic[Entry]):
     def invalidate(self, user_id: str | None = None) -> None:
         """Drop one user's entry, or everyone's."""
         with self._lock:
-            if user_id is None:
-                self._epoch += 1
-                self._users.clear()
-            else:
-                self._changes[user_id] += 1
-                self._users.pop(user_id, None)
+            self._invalidate(user_id)
+
+    def _invalidate(self, user_id: str | None) -> None:
+        """``invalidate``'s work, under the lock (subclasses drop what else they know of the user)."""
+        if user_id is None:
+            self._epoch += 1
+            self._users.clear()
+        else:
+            self._changes[user_id] += 1
+            self._users.pop(user_id, None)
 
 
 class VectorCache(UserCache[UserVectors]):
