@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from mnemoplan.indexes.base import TOP_K_MAX
+from mnemoplan.indexes.base import TOP_K_MAX, Hit
 from mnemoplan.model import MessageIn, PlanStep, QueryPlan
+from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.server.service import MemoryService
 from tests.conftest import make_service
@@ -112,30 +113,49 @@ def test_rules_only_deep_search_reports_plans_steps_and_stats(service: MemorySer
     assert len(fingerprints) == len(set(fingerprints))  # never the same plan twice
 
 
-def test_without_an_llm_deep_search_re_scores_token_by_token_what_the_token_index_cannot(tmp_path: Path) -> None:
+def test_without_an_llm_deep_search_re_scores_token_by_token_what_the_token_index_cannot(
+    tmp_path: Path,
+) -> None:
     question = "Where does Ben's sister teach chemistry?"
     on = make_service(tmp_path / "on")
     off = make_service(tmp_path / "off", deep_token_rerank=0.0)
     try:
         for svc in (on, off):
             seed(svc)
-        fused = on.deep_search(question, user_id="u")  # the token_match step found them: no second pass
+        fused, plain = on.deep_search(question, user_id="u"), off.deep_search(question, user_id="u")
         assert any(s.index == "token_match" and s.count for s in fused.steps)
-        assert "rerank" not in fused.stats.durations_ms and not fused.warnings
-        for svc in (on, off):  # a log written before token vectors (until `mnemoplan reindex`)
+        assert "rerank" not in fused.stats.durations_ms and not fused.warnings  # the index matched them all
+        assert [i.text for i in fused.items] == [i.text for i in plain.items]
+        for svc in (on, off):  # a log written before token vectors...
             svc.store.log._table.drop_columns(["tokens"])
             svc.close()
         on, off = make_service(tmp_path / "on"), make_service(tmp_path / "off", deep_token_rerank=0.0)
+        for svc in (on, off):  # ...and written to since: the index matches the newer memories only
+            svc.remember(messages=[MessageIn(content="My sister moved her chemistry lab", speaker="Ben")],
+                         user_id="u", session_id="s2")  # fmt: skip
         result, plain = on.deep_search(question, user_id="u"), off.deep_search(question, user_id="u")
-        assert not any(s.index == "token_match" and s.count for s in result.steps)
+        assert any(s.index == "token_match" and s.count for s in result.steps)
         assert result.items and all("token_match" in i.scores for i in result.items)
         assert "rerank" in result.stats.durations_ms and not result.warnings
         assert [i.score for i in result.items] == sorted((i.score for i in result.items), reverse=True)
         assert sorted(i.text for i in result.items) == sorted(i.text for i in plain.items)  # reordered, not refound
         assert not any("token_match" in i.scores for i in plain.items)
+        assert on.ingestor.backfill_tokens("u") > 0  # `mnemoplan reindex`: the index now covers them all
+        assert "rerank" not in on.deep_search(question, user_id="u").stats.durations_ms
     finally:
         on.close()
         off.close()
+
+
+def test_a_token_match_step_on_a_text_of_its_own_leaves_the_token_pass_to_run(service: MemoryService) -> None:
+    seed(service)
+    reranker = service.deep.llm.reranker
+    steps = [s for s in service.explain_plan("chemistry", user_id="u").deep_plan.steps if s.index == "token_match"]
+    hit = [Hit(id="x", score=1.0)]
+    assert reranker.redundant("chemistry", "u", [StepResult(step=steps[0], hits=hit)])
+    own = steps[0].model_copy(update={"params": {**steps[0].params, "query": "a lab"}})
+    assert not reranker.redundant("chemistry", "u", [StepResult(step=own, hits=hit)])
+    assert not reranker.redundant("chemistry", "u", [StepResult(step=steps[0], hits=[])])
 
 
 def test_deep_searchs_token_default_does_not_become_recalls_llm_reranker(tmp_path: Path) -> None:

@@ -48,18 +48,33 @@ def test_any_other_model_goes_through_sentence_transformers(tmp_path: Path, vari
     assert plain_mean_pooling(str(model_dir(tmp_path / "m", **variant))) is None  # type: ignore[arg-type]
 
 
+def test_a_model_with_a_default_prompt_goes_through_sentence_transformers(tmp_path: Path) -> None:
+    root = model_dir(tmp_path / "m")
+    (root / "config_sentence_transformers.json").write_text(json.dumps({"default_prompt_name": None}))
+    assert plain_mean_pooling(str(root)) == 256
+    (root / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "q: "},
+                                                                       "default_prompt_name": "query"}))  # fmt: skip
+    assert plain_mean_pooling(str(root)) is None
+
+
 def test_a_directory_without_the_files_is_not_plain(tmp_path: Path) -> None:
     assert plain_mean_pooling(str(tmp_path)) is None
     (tmp_path / "modules.json").write_text("not json")
     assert plain_mean_pooling(str(tmp_path)) is None
 
 
-def loaded(*names: str, lower: bool = False, mode: str = "mean") -> list[object]:
-    """A stand-in for a loaded sentence-transformers model: its modules, by class name."""
-    modules = [type(name, (), {})() for name in names]
+class Loaded(list):  # type: ignore[type-arg]
+    """A stand-in for a loaded sentence-transformers model: a list of its modules."""
+
+    default_prompt_name: str | None = None
+
+
+def loaded(*names: str, lower: bool = False, mode: str = "mean", prompt: str | None = None) -> Loaded:
+    modules = Loaded(type(name, (), {})() for name in names)
     modules[0].__dict__.update(tokenizer="tok", auto_model="bert", max_seq_length=128, do_lower_case=lower)
     if len(modules) > 1:
         modules[1].__dict__.update(pooling_mode=mode)
+    modules.default_prompt_name = prompt
     return modules
 
 
@@ -69,3 +84,4 @@ def test_a_loaded_plain_model_runs_directly_and_anything_else_does_not() -> None
     assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize", "Dense")) is None  # a module more
     assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize", mode="cls")) is None
     assert st_plain_parts(loaded("Transformer", "Pooling")) is None
+    assert st_plain_parts(loaded("Transformer", "Pooling", "Normalize", prompt="query")) is None

@@ -46,8 +46,12 @@ def plain_mean_pooling(path: str) -> int | None:
         pooling = json.loads((root / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
         settings = json.loads((root / "sentence_bert_config.json").read_text(encoding="utf-8"))
         transformer = json.loads((root / "config.json").read_text(encoding="utf-8"))
+        st_config = root / "config_sentence_transformers.json"
+        prompted = st_config.is_file() and json.loads(st_config.read_text(encoding="utf-8")).get("default_prompt_name")
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
+    if prompted:
+        return None  # encode() would put the default prompt before every text
     if not isinstance(transformer, dict) or transformer.get("is_encoder_decoder"):
         return None  # sentence-transformers runs such a model's encoder alone; AutoModel would not
     modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
@@ -61,12 +65,15 @@ def plain_mean_pooling(path: str) -> int | None:
 def st_plain_parts(model: Any) -> tuple[Any, Any, int] | None:
     """Tokenizer, transformer and maximum length of a loaded sentence-transformers model that is
     the plain Transformer -> mean Pooling -> Normalize pipeline; None for any other, including one
-    whose Transformer lowercases its input (the direct pass would not) or that has more modules
-    (the direct pass would skip them)."""
+    with more modules (the direct pass would skip them), a default prompt (``encode`` would add
+    it), or a Transformer that lowercases its input (sentence-transformers 5 does that outside
+    the tokenizer, where the direct pass would not)."""
     names = [type(module).__name__ for module in model]
     pooling = model[1] if len(names) > 1 else None
     mode = getattr(pooling, "pooling_mode", None) or getattr(pooling, "get_pooling_mode_str", lambda: "")()
     if names != ["Transformer", "Pooling", "Normalize"] or mode != "mean" or getattr(model[0], "do_lower_case", False):
+        return None
+    if getattr(model, "default_prompt_name", None):
         return None
     return model[0].tokenizer, model[0].auto_model, model[0].max_seq_length
 

@@ -26,7 +26,7 @@ from mnemoplan.extract.summary import SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.indexes.derive import decide, episode_record, fact_record
 from mnemoplan.indexes.embedder import TokenVectors
-from mnemoplan.indexes.lance_log import sql_str
+from mnemoplan.indexes.lance_log import LACKS_TOKENS, sql_str
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.indexes.token_store import pack_many, projection
 from mnemoplan.model import Record
@@ -292,7 +292,7 @@ class Ingestor:
         (done, total) in records."""
         if self.embed_with_tokens is None:
             return 0
-        where = f"user_id = {sql_str(user_id)} AND tokens IS NULL AND kind != 'episode'"
+        where = f"user_id = {sql_str(user_id)} AND {LACKS_TOKENS}"
         missing = sorted(self.store.log.records(where), key=lambda r: r.seq)
         done = 0
         for start in range(0, len(missing), batch):

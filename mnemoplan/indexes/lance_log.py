@@ -48,6 +48,7 @@ _LATER_COLUMNS = ("access_count", "last_accessed_at", "tokens")
 # What a user's token blocks are read from (``tokens``: see token_store.pack; null for a record
 # written before the column, or by an embedder without token vectors).
 TOKEN_COLUMNS = ["id", "kind", "project_id", "occurred_at", "tokens"]
+LACKS_TOKENS = "tokens IS NULL AND kind != 'episode'"  # written before the column; summaries never have them
 _TS = pa.timestamp("us", tz="UTC")
 _MENTION = pa.struct([("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("role", pa.string())])
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
 from mnemoplan.indexes.embedder import TokenVectors
-from mnemoplan.indexes.lance_log import LanceLog, sql_str
+from mnemoplan.indexes.lance_log import LACKS_TOKENS, LanceLog, sql_str
 from mnemoplan.indexes.token_store import project, token_weights
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -64,6 +64,11 @@ class TokenMatchIndex(SearchIndex):
 
     def available(self, user_id: str) -> bool:
         return self._log.count(f"user_id = {sql_str(user_id)} AND tokens IS NOT NULL") > 0
+
+    def complete(self, user_id: str) -> bool:
+        """Whether every memory of the user this index can hold has its token vectors (none was
+        written before them and left without by ``mnemoplan reindex``)."""
+        return self._log.count(f"user_id = {sql_str(user_id)} AND {LACKS_TOKENS}") == 0
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query

@@ -349,8 +349,8 @@ class DeepSearch:
         reranker = self.llm.reranker
         if reranker is None or not items:
             return items
-        covered = getattr(reranker, "covered_by", None)  # a reranker whose signal an index already fused
-        if covered is not None and any(r.step.index == covered and r.hits for r in run.results):
+        redundant = getattr(reranker, "redundant", None)  # a reranker whose signal an index may have fused
+        if redundant is not None and redundant(query, user_id, run.results):
             return items
         t0 = time.perf_counter()
         deadline = self.config.rerank_deadline_s

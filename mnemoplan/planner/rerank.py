@@ -1,5 +1,6 @@
 """Second-stage rerankers: an LLM judging batches of items, a local cross-encoder, or
-token-level matching with the embedding model (deep search's default without either).
+token-level matching with the embedding model (deep search's default without either, where
+the ``token_match`` index has not already fused that signal).
 
 The first two blend the same way. A relevance in [0, 10] multiplies the formula score by
 ``(0.5 + relevance / 10) ** weight`` (10 -> 1.5x, 5 -> 1x, 0 -> 0.5x), so the reranker
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from mnemoplan.indexes.embedder import TokenVectors
 from mnemoplan.indexes.token_store import token_weights
 from mnemoplan.model import MemoryItem
 from mnemoplan.planner.llm import LLMClient, LLMReply, LLMUsage
+
+if TYPE_CHECKING:
+    from mnemoplan.planner.executor import StepResult
 
 RERANK_SYSTEM = (
     "You rate how relevant stored memories are to a query. Reply with JSON only, no prose: "
@@ -270,20 +274,20 @@ class LateInteractionReranker:
     they land in, so scores stay comparable and descending; ``scores["token_match"]`` says why.
 
     No LLM, no network: the bundled model's own tokens. On LoCoMo (no LLM) it took deep search's
-    R@10 from 80.2 to 81.2 (multi-hop +2.9, open-domain +3.9) for ~110 ms (bench/README.md).
-    The ``token_match`` index now brings the same signal from stored token vectors into fusion,
-    for every memory; where its step found something, deep search skips this pass
-    (``covered_by``): on top of the index it cost 0.6 R@10 and ~115 ms. It still serves a log
-    written before token vectors were stored, until ``mnemoplan reindex``.
+    R@10 from 80.2 to 81.2 (multi-hop +2.9, open-domain +3.9) for one forward pass over the
+    ~30 items (~105 ms; bench/README.md). The ``token_match`` index now fuses the same signal,
+    from token vectors stored at ingest, for every memory; on top of it this pass cost 0.6 R@10
+    and ~115 ms of p50, so deep search skips it when it is ``redundant``. It still serves a log
+    written, wholly or partly, before token vectors were stored, until ``mnemoplan reindex``.
 
     Args:
         token_vectors: The embedder's ``token_vectors``.
         word_idf: A user's rarity weight per word (``BM25Index.word_idf``).
         weight: The match's share against the fused score (z-scores); 0 leaves the order.
         depth: Items re-scored; those below keep their places.
+        complete: Whether the ``token_match`` index has token vectors for every memory of a
+            user (``TokenMatchIndex.complete``); None when there is no such index.
     """
-
-    covered_by = "token_match"  # the index whose hits already carry this signal
 
     def __init__(
         self,
@@ -292,6 +296,7 @@ class LateInteractionReranker:
         *,
         weight: float = 0.35,
         depth: int = 30,
+        complete: Callable[[str], bool] | None = None,
     ) -> None:
         if weight < 0 or depth < 2:
             raise ValueError("need weight >= 0 and depth >= 2")
@@ -299,6 +304,15 @@ class LateInteractionReranker:
         self._word_idf = word_idf
         self.weight = weight
         self.depth = depth
+        self._complete = complete
+
+    def redundant(self, query: str, user_id: str, results: Sequence[StepResult]) -> bool:
+        """Whether fusion already carries this signal for every item: a ``token_match`` step
+        matched this very query (not a text of its own) and found something, and every memory
+        of the user has token vectors for it to match."""
+        fused = any(r.step.index == "token_match" and r.hits and r.step.params.get("query") in (None, "", query)
+                    for r in results)  # fmt: skip
+        return fused and self._complete is not None and self._complete(user_id)
 
     def rerank(
         self, query: str, items: list[MemoryItem], *, deadline_s: float, user_id: str = ""

@@ -118,7 +118,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
         recall.rerank_deadline_s = settings.recall_rerank_deadline_s
     if llm.reranker is None:  # deep search's default only: recall's choice was made above
-        llm.reranker = token_reranker(settings, embedder, store.bm25)
+        llm.reranker = token_reranker(settings, embedder, store.bm25, registry)
     deep = DeepSearch(recall, deep_config(settings), llm)
     service = MemoryService(
         store=store,
@@ -166,12 +166,17 @@ def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
     return CrossEncoderReranker(settings.reranker_path) if settings.reranker_path else None
 
 
-def token_reranker(settings: Settings, embedder: Embedder, bm25: BM25Index) -> LateInteractionReranker | None:
+def token_reranker(
+    settings: Settings, embedder: Embedder, bm25: BM25Index, registry: IndexRegistry
+) -> LateInteractionReranker | None:
     """Deep search's reranker without an LLM or a cross-encoder: token-level matching with the
-    embedding model, when it is switched on and the model can give token vectors."""
+    embedding model, when it is switched on and the model can give token vectors. Where the
+    ``token_match`` index already matched every memory of the user, deep search skips it."""
     if settings.deep_token_rerank <= 0 or not hasattr(embedder, "token_vectors"):
         return None
-    return LateInteractionReranker(embedder.token_vectors, bm25.word_idf, weight=settings.deep_token_rerank)
+    index = registry.get("token_match") if "token_match" in registry.names else None
+    return LateInteractionReranker(embedder.token_vectors, bm25.word_idf, weight=settings.deep_token_rerank,
+                                   complete=getattr(index, "complete", None))  # fmt: skip
 
 
 def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
