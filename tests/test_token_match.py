@@ -176,6 +176,29 @@ def test_a_too_large_verdict_survives_appends_but_not_a_delete_during_or_after_t
     assert not cache.too_large("u")
 
 
+def test_completeness_is_counted_once_per_change_and_follows_every_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = make_service(tmp_path)
+    say(svc, "u", "s", ("Ann", "the canoe is green"))
+    svc.store.log._table.drop_columns(["tokens"])  # what was written before token vectors
+    svc.close()
+    svc = make_service(tmp_path)
+    index = svc.registry.get("token_match")
+    counts: list[str] = []
+    count = svc.store.log.count
+    monkeypatch.setattr(svc.store.log, "count", lambda where: counts.append(where) or count(where))
+    try:
+        assert not index.complete("u") and not index.complete("u") and len(counts) == 1
+        assert index.complete("v")  # nothing to lack
+        say(svc, "u", "s", ("Ben", "my kayak is red"))  # a write: counted again, still incomplete
+        assert not index.complete("u") and len(counts) == 3
+        assert svc.ingestor.backfill_tokens("u") >= 1
+        assert index.complete("u") and index.complete("u") and len(counts) == 4
+    finally:
+        svc.close()
+
+
 def test_a_user_found_too_large_is_not_read_again_until_their_memories_shrink(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
