@@ -96,8 +96,8 @@ class Settings(BaseSettings):
     deep_token_rerank: float = Field(
         0.35, ge=0.0,
         description="Weight of deep search's token-level re-scoring with the embedding model, used when "
-        "neither an LLM nor a cross-encoder reranks and the token_match index found nothing, as in a log "
-        "written before token vectors (0: off).",
+        "neither an LLM nor a cross-encoder reranks and the token_match index could not match every memory "
+        "of the user (a log written, wholly or partly, before token vectors; 0: off).",
     )  # fmt: skip
 
     # LLM (optional)
