@@ -61,23 +61,27 @@ class TokenMatchIndex(SearchIndex):
         self._log = log
         self._query_tokens = query_tokens
         self._word_idf = word_idf
-        self._complete: dict[str, tuple[tuple[int, int], bool]] = {}  # user -> (token cache generation, answer)
+        self._counts: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}  # (user, where) -> (generation, n)
+
+    def _count(self, user_id: str, where: str) -> int:
+        """A count of the user's rows in the log, read again only after a change to their rows
+        (every write, delete and backfill bumps the token cache's generation): each count is a
+        LanceDB query of ~1-3 ms, asked on every deep search and every description of the index."""
+        stamp = self._log.token_cache.generation(user_id)
+        known = self._counts.get((user_id, where))
+        if known is not None and known[0] == stamp:
+            return known[1]
+        n = self._log.count(f"user_id = {sql_str(user_id)} AND {where}")
+        self._counts[(user_id, where)] = (stamp, n)
+        return n
 
     def available(self, user_id: str) -> bool:
-        return self._log.count(f"user_id = {sql_str(user_id)} AND tokens IS NOT NULL") > 0
+        return self._count(user_id, "tokens IS NOT NULL") > 0
 
     def complete(self, user_id: str) -> bool:
         """Whether every memory of the user this index can hold has its token vectors (none was
-        written before them and left without by ``mnemoplan reindex``). Counted in the log once
-        per change to the user's rows (every write bumps the token cache's generation): the
-        count took ~2-3 ms of each deep search."""
-        stamp = self._log.token_cache.generation(user_id)
-        known = self._complete.get(user_id)
-        if known is not None and known[0] == stamp:
-            return known[1]
-        answer = self._log.count(f"user_id = {sql_str(user_id)} AND {LACKS_TOKENS}") == 0
-        self._complete[user_id] = (stamp, answer)
-        return answer
+        written before them and left without by ``mnemoplan reindex``)."""
+        return self._count(user_id, LACKS_TOKENS) == 0
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query
