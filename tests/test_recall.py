@@ -131,6 +131,47 @@ def test_use_counts_in_ranking_only_when_weighted() -> None:
     assert ranked == ["often", "never"]
 
 
+def test_a_question_passes_part_of_its_score_to_its_reply() -> None:
+    from mnemoplan.model import Record
+    from mnemoplan.planner.fusion import Candidate
+    from mnemoplan.planner.ranking import RankingConfig, rank
+
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    turns = [("q", "", "Where did you go on holiday?"), ("a", "q", "Lisbon, with my sister."),
+             ("other", "", "I like trains.")]  # fmt: skip
+    records = {rid: Record(id=rid, user_id="u", session_id="s", text=text, occurred_at=now, created_at=now,
+                           seq=i, prev_id=prev) for i, (rid, prev, text) in enumerate(turns)}  # fmt: skip
+    scores = {"q": 1.0, "a": 0.7, "other": 0.75}
+
+    def ranked(share: float) -> list[Candidate]:
+        cands = {rid: Candidate(rid, s) for rid, s in scores.items()}
+        config = RankingConfig(reply_share=share, context_propagation=0.0, session_weight=0.0)
+        return rank(cands, records, config, now)
+
+    assert [c.id for c in ranked(0.0)] == ["q", "other", "a"]
+    after = {c.id: c for c in ranked(0.2)}
+    assert [c.id for c in ranked(0.2)] == ["a", "q", "other"]
+    assert after["q"].score == pytest.approx(0.8) and after["q"].scores["asks"] == pytest.approx(-0.2)
+    assert after["a"].score == pytest.approx(0.9) and after["a"].scores["reply"] == pytest.approx(0.2)
+    assert after["other"].score == pytest.approx(0.75) and "reply" not in after["other"].scores
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "asks"),
+    [("message", "Have you been?", True), ("message", "Really? Yes, twice.", True), ("message", "行く？", True),
+     ("message", 'She said "why?" and left', True), ("message", "See https://x.org/?a=1 for it", False),
+     ("message", "I went.", False), ("fact", "Is it true? Ann lives in Lyon.", False)],
+)  # fmt: skip
+def test_what_counts_as_asking(kind: str, text: str, asks: bool) -> None:
+    import pyarrow as pa
+
+    from mnemoplan.indexes.lance_log import _asks
+    from mnemoplan.model.records import asks_question
+
+    assert asks_question(kind, text) is asks
+    assert _asks(pa.table({"kind": [kind], "text": [text]})).tolist() == [asks]  # the log's own, on load
+
+
 def test_ranking_from_memory_returns_what_ranking_the_records_does(service: MemoryService) -> None:
     # Recall ranks on what the log holds in memory of a user and reads only the records it
     # returns; reading every candidate must give the same items, scores and order.
@@ -149,6 +190,10 @@ def test_ranking_from_memory_returns_what_ranking_the_records_does(service: Memo
 
     from_memory = run()
     assert log.heads("u", [from_memory[0][0][0]])  # the first path really ran
+    held = log.heads("u", [i for items in from_memory for i, _, _ in items])
+    assert held and {rid for rid, head in held.items() if head.asks} == {
+        rid for rid, rec in log.get("u", list(held)).items() if rec.asks  # loaded, then appended: both flagged
+    } != set()
     real = log.heads
     log.heads = lambda user_id, ids: None  # type: ignore[method-assign]
     try:

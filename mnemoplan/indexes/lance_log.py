@@ -28,6 +28,7 @@ from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, Rec
 from mnemoplan.indexes.token_store import TokenBlock, TokenCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache, kind_code_array
 from mnemoplan.model import EntityMention, Record, RecordHead
+from mnemoplan.model.records import QUESTION_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,13 @@ def _head_arrays(data: pa.Table, names: list[str] = HEAD_COLUMNS) -> dict[str, n
             column = column.cast(pa.int64())
         out[name] = pc.fill_null(column, defaults.get(name, "")).to_numpy()
     return out
+
+
+def _asks(data: pa.Table) -> np.ndarray:
+    """``Record.asks`` of each row, computed by pyarrow (a user's texts are read once, on load)."""
+    asked = pc.match_substring_regex(data.column("text"), QUESTION_PATTERN)
+    asks = pc.and_(pc.equal(data.column("kind"), "message"), asked)
+    return pc.fill_null(asks, False).to_numpy(zero_copy_only=False).astype(bool)
 
 
 class LanceLog:
@@ -252,6 +260,7 @@ class LanceLog:
             mine = [records[i] for i in rows]
             more = UserVectors.build(
                 [r.id for r in mine], vectors[rows], {name: [getattr(r, name) for r in mine] for name in HEAD_COLUMNS}
+                | {"asks": [r.asks for r in mine]},
             )
             self.vector_cache.extend(user_id, more)
             packed = [j for j, i in enumerate(rows) if tokens[i] is not None]  # the filter columns: the snapshot's
@@ -542,9 +551,11 @@ class LanceLog:
         where = f"user_id = {sql_str(user_id)}"
         if self._table.count_rows(where) > self.vector_cache.max_user_rows:
             return None
-        table = self._table.search().where(where).select(["id", *HEAD_COLUMNS, "vector"])
+        table = self._table.search().where(where).select(["id", *HEAD_COLUMNS, "text", "vector"])
         data = table.limit(None).to_arrow()
-        entry = UserVectors.build(data.column("id").to_pylist(), _matrix(data.column("vector")), _head_arrays(data))
+        columns = _head_arrays(data)
+        columns["asks"] = _asks(data)
+        entry = UserVectors.build(data.column("id").to_pylist(), _matrix(data.column("vector")), columns)
         self.vector_cache.put(user_id, entry, generation)
         return entry
 

@@ -100,6 +100,7 @@ class UserVectors:
     prev_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     importance: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     superseded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    asks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.asks_question
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -109,7 +110,8 @@ class UserVectors:
     def build(cls, ids: list[str], matrix: np.ndarray, columns: dict[str, Any]) -> UserVectors:
         """Rows from the log's columns: kind, project_id, occurred_at, session_id, seq, prev_id,
         importance and superseded_by, as lists (None for the log's default) or as arrays without
-        nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults."""
+        nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults. And
+        ``asks``, derived from the text (``model.asks_question``; default False)."""
         n = len(ids)
 
         def col(name: str, default: Any, dtype: Any) -> np.ndarray:
@@ -139,6 +141,7 @@ class UserVectors:
             prev_ids=col("prev_id", "", object),
             importance=col("importance", 0.5, np.float32),
             superseded=col("superseded_by", "", object),
+            asks=col("asks", False, bool),
             buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )
 
@@ -165,6 +168,7 @@ class UserVectors:
             prev_ids=np.concatenate([self.prev_ids, more.prev_ids]),
             importance=np.concatenate([self.importance, more.importance]),
             superseded=np.concatenate([self.superseded, more.superseded]),
+            asks=np.concatenate([self.asks, more.asks]),
             buffer=buffer,
         )
 
@@ -186,6 +190,7 @@ class UserVectors:
                     id=rid, project_id=self.projects[i], session_id=self.sessions[i], seq=int(self.seqs[i]),
                     prev_id=self.prev_ids[i], occurred_at=_EPOCH + int(self.occurred[i]) * _MICROSECOND,
                     importance=float(self.importance[i]), superseded_by=self.superseded[i],
+                    asks=bool(self.asks[i]),
                 )  # fmt: skip
         return out
 
@@ -197,7 +202,7 @@ class UserVectors:
             ids=ids, matrix=matrix, kinds=self.kinds[pick], projects=self.projects[pick],
             occurred=self.occurred[pick], sessions=self.sessions[pick], seqs=self.seqs[pick],
             prev_ids=self.prev_ids[pick], importance=self.importance[pick], superseded=self.superseded[pick],
-            buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
+            asks=self.asks[pick], buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )  # fmt: skip
 
     def with_superseded(self, rid: str, by_id: str) -> UserVectors | None:

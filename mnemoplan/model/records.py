@@ -15,10 +15,19 @@ Kind = Literal["message", "fact", "procedure", "episode"]
 KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
 
 RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+# A question mark that ends a sentence (not one inside a URL), or a full-width one. RE2 syntax
+# too: the log computes the same flag with pyarrow when it loads a user into memory.
+QUESTION_PATTERN = r"？|\?(\s|$|[\"'”’)\]])"
+_QUESTION_RE = re.compile(QUESTION_PATTERN)
 # Scope names (user, project, session ids) are chosen by hosts; allow anything printable.
 _SCOPE_MAX = 200
 _BAD_CHARS_RE = re.compile(r"[\x00\ud800-\udfff]")
 _SCOPE_BAD_RE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def asks_question(kind: str, text: str) -> bool:
+    """Whether a message asks something: in a conversation, its answer is in the reply."""
+    return kind == "message" and _QUESTION_RE.search(text) is not None
 
 
 def as_utc(value: datetime) -> datetime:
@@ -179,6 +188,11 @@ class Record(BaseModel):
     access_count: int = Field(0, description="How often retrieval returned it (as of the last upkeep).")
     last_accessed_at: datetime | None = None
 
+    @property
+    def asks(self) -> bool:
+        """Whether this is a message that asks a question (see ``asks_question``)."""
+        return asks_question(self.kind, self.text)
+
 
 @dataclass(frozen=True, slots=True)
 class RecordHead:
@@ -194,3 +208,4 @@ class RecordHead:
     importance: float
     superseded_by: str
     access_count: int = 0  # not held in memory: rankings that use it read whole records
+    asks: bool = False  # a message that asks a question (see ``asks_question``)

@@ -36,6 +36,9 @@ class RankingConfig:
             propagation is scaled by this (neighbours would crowd out other answers).
         list_session_decay: For such a question, each further turn from an already
             ranked session loses this share of its score (coverage across sessions).
+        reply_share: Share of a question turn's final score that passes to the turn after it,
+            its reply: a question matches what it asks about, the reply holds the answer.
+            The question keeps the rest. 0 turns it off.
     """
 
     context_propagation: float = 0.5
@@ -50,6 +53,7 @@ class RankingConfig:
     superseded_factor: float = 0.5
     list_context_factor: float = 0.5
     list_session_decay: float = 0.0
+    reply_share: float = 0.2
 
 
 def _add(cand: Candidate, signal: str, value: float) -> None:
@@ -69,6 +73,26 @@ def expand_context(live: dict[str, Candidate], records: Heads, config: RankingCo
         bonus = config.context_propagation * max(after, before)
         if bonus > 0:
             _add(cand, "context", bonus)
+
+
+def pass_to_replies(live: dict[str, Candidate], records: Heads, share: float) -> None:
+    """A question turn gives ``share`` of its score to the candidate that replies to it.
+
+    What it gives up, it gives up whether or not its reply is a candidate: the question is
+    a weaker answer either way (measured on LoCoMo in bench/README.md).
+    """
+    if share <= 0:
+        return
+    base = {rid: c.score for rid, c in live.items()}
+    reply_to = {records[rid].prev_id: rid for rid in live if records[rid].prev_id}
+    for rid, cand in live.items():
+        if not records[rid].asks:
+            continue
+        passed = share * base[rid]
+        _add(cand, "asks", -passed)
+        reply = reply_to.get(rid)
+        if reply is not None:
+            _add(live[reply], "reply", passed)
 
 
 def session_prior(live: dict[str, Candidate], records: Heads, config: RankingConfig) -> None:
@@ -130,5 +154,6 @@ def rank(
             _add(cand, "use", config.use_weight * use)
         if rec.superseded_by:
             cand.score *= config.superseded_factor
+    pass_to_replies(live, records, config.reply_share)
     ranked = sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))
     return diversify(ranked, records, config.list_session_decay) if wants_list else ranked

@@ -66,6 +66,7 @@ def recall_config(settings: Settings) -> RecallConfig:
             use_weight=settings.use_weight,
             context_propagation=settings.context_propagation,
             session_weight=settings.session_weight,
+            reply_share=settings.reply_share,
         ),
         weights=MappingProxyType(dict(settings.recall_weights)),
         token_budget=settings.recall_token_budget,
