@@ -156,20 +156,55 @@ def test_a_question_passes_part_of_its_score_to_its_reply() -> None:
     assert after["other"].score == pytest.approx(0.75) and "reply" not in after["other"].scores
 
 
-@pytest.mark.parametrize(
-    ("kind", "text", "asks"),
-    [("message", "Have you been?", True), ("message", "Really? Yes, twice.", True), ("message", "行く？", True),
-     ("message", 'She said "why?" and left', True), ("message", "See https://x.org/?a=1 for it", False),
-     ("message", "I went.", False), ("fact", "Is it true? Ann lives in Lyon.", False)],
-)  # fmt: skip
-def test_what_counts_as_asking(kind: str, text: str, asks: bool) -> None:
+ASKING = [  # (kind, speaker, text, asks)
+    ("message", "Ann", "Have you been?", True), ("message", "Ann", "Really? Yes, twice.", True),
+    ("message", "Ann", "Really?!", True), ("message", "Ann", "**Why?**", True), ("message", "Ann", "行く？", True),
+    ("message", "Ann", "لماذا؟", True), ("message", "Ann", "Really?\u00a0Yes", True),
+    ("message", "Ann", "Why?\u3000ok", True), ("message", "Ann", 'She said "why?" and left', True),
+    ("message", "Ann", "See https://x.org/?a=1 for it", False), ("message", "Ann", "I went.", False),
+    ("fact", "", "Is it true? Ann lives in Lyon.", False),
+    ("message", "user", "Any gift ideas for my sister, who loves pottery?", False),  # a request to an assistant
+    ("message", "Human", "Where should I go?", False), ("message", "assistant", "What is your budget?", True),
+]  # fmt: skip
+
+
+def test_what_counts_as_asking_is_the_same_in_memory_and_in_records() -> None:
     import pyarrow as pa
 
     from mnemoplan.indexes.lance_log import _asks
     from mnemoplan.model.records import asks_question
 
-    assert asks_question(kind, text) is asks
-    assert _asks(pa.table({"kind": [kind], "text": [text]})).tolist() == [asks]  # the log's own, on load
+    assert [asks_question(k, who, text) for k, who, text, _ in ASKING] == [asks for *_, asks in ASKING]
+    table = pa.table({"kind": [k for k, *_ in ASKING] + ["message", None],
+                      "speaker": [who for _, who, *_ in ASKING] + [None, "Ann"],
+                      "text": [text for _, _, text, _ in ASKING] + ["Why?", None]})  # fmt: skip
+    assert _asks(table).tolist() == [asks for *_, asks in ASKING] + [True, False]  # the log's own, on load
+
+
+def test_a_question_without_its_reply_among_the_candidates_still_gives_up_its_share() -> None:
+    from mnemoplan.model import Record
+    from mnemoplan.planner.fusion import Candidate
+    from mnemoplan.planner.ranking import RankingConfig, rank
+
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    turns = [("q1", "", "Did you go?"), ("q2", "q1", "Go where?"), ("a", "q2", "To Lisbon.")]
+    records = {rid: Record(id=rid, user_id="u", session_id="s", speaker="Ann", text=text, occurred_at=now,
+                           created_at=now, seq=i, prev_id=prev) for i, (rid, prev, text) in enumerate(turns)}  # fmt: skip
+    config = RankingConfig(reply_share=0.5, context_propagation=0.0, session_weight=0.0)
+    ranked = {c.id: c for c in rank({"q1": Candidate("q1", 1.0), "q2": Candidate("q2", 0.4)}, records, config, now)}
+    # q2 replies to q1 and asks in turn: it gains from q1's score as it was, and gives up half
+    # of its own (its reply is not a candidate); nothing cascades.
+    assert ranked["q1"].score == pytest.approx(0.5)
+    assert ranked["q2"].score == pytest.approx(0.4 - 0.2 + 0.5)
+
+
+def test_the_reply_share_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemoplan.config import Settings
+    from mnemoplan.server.bootstrap import recall_config
+
+    assert recall_config(Settings()).ranking.reply_share == 0.2
+    monkeypatch.setenv("MNEMOPLAN_REPLY_SHARE", "0")
+    assert recall_config(Settings()).ranking.reply_share == 0.0
 
 
 def test_ranking_from_memory_returns_what_ranking_the_records_does(service: MemoryService) -> None:
@@ -191,9 +226,10 @@ def test_ranking_from_memory_returns_what_ranking_the_records_does(service: Memo
     from_memory = run()
     assert log.heads("u", [from_memory[0][0][0]])  # the first path really ran
     held = log.heads("u", [i for items in from_memory for i, _, _ in items])
-    assert held and {rid for rid, head in held.items() if head.asks} == {
-        rid for rid, rec in log.get("u", list(held)).items() if rec.asks  # loaded, then appended: both flagged
-    } != set()
+    records = log.get("u", list(held))
+    asking = {records[rid].text for rid, head in held.items() if head.asks}
+    assert asking == {"Do you miss Lyon?", "By the sea?"}  # loaded, then appended: both flagged in memory
+    assert asking == {rec.text for rec in records.values() if rec.asks}
     real = log.heads
     log.heads = lambda user_id, ids: None  # type: ignore[method-assign]
     try:

@@ -28,7 +28,7 @@ from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, Rec
 from mnemoplan.indexes.token_store import TokenBlock, TokenCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache, kind_code_array
 from mnemoplan.model import EntityMention, Record, RecordHead
-from mnemoplan.model.records import QUESTION_PATTERN
+from mnemoplan.model.records import QUESTION_PATTERN, REQUESTING_ROLES
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +141,12 @@ def _head_arrays(data: pa.Table, names: list[str] = HEAD_COLUMNS) -> dict[str, n
 
 
 def _asks(data: pa.Table) -> np.ndarray:
-    """``Record.asks`` of each row, computed by pyarrow (a user's texts are read once, on load)."""
-    asked = pc.match_substring_regex(data.column("text"), QUESTION_PATTERN)
-    asks = pc.and_(pc.equal(data.column("kind"), "message"), asked)
+    """``Record.asks`` of each row (``model.asks_question``), computed by pyarrow: a user's
+    speakers and texts are read once, when the user is loaded into memory."""
+    speaker = pc.utf8_lower(pc.fill_null(data.column("speaker"), ""))
+    requesting = pc.is_in(speaker, value_set=pa.array(REQUESTING_ROLES))
+    asked = pc.match_substring_regex(pc.fill_null(data.column("text"), ""), QUESTION_PATTERN)
+    asks = pc.and_(pc.and_(pc.equal(data.column("kind"), "message"), pc.invert(requesting)), asked)
     return pc.fill_null(asks, False).to_numpy(zero_copy_only=False).astype(bool)
 
 
@@ -551,7 +554,7 @@ class LanceLog:
         where = f"user_id = {sql_str(user_id)}"
         if self._table.count_rows(where) > self.vector_cache.max_user_rows:
             return None
-        table = self._table.search().where(where).select(["id", *HEAD_COLUMNS, "text", "vector"])
+        table = self._table.search().where(where).select(["id", *HEAD_COLUMNS, "speaker", "text", "vector"])
         data = table.limit(None).to_arrow()
         columns = _head_arrays(data)
         columns["asks"] = _asks(data)

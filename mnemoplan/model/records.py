@@ -15,9 +15,13 @@ Kind = Literal["message", "fact", "procedure", "episode"]
 KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
 
 RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
-# A question mark that ends a sentence (not one inside a URL), or a full-width one. RE2 syntax
-# too: the log computes the same flag with pyarrow when it loads a user into memory.
-QUESTION_PATTERN = r"？|\?(\s|$|[\"'”’)\]])"
+# A question mark not followed by what continues a URL or a word ("?a=1"), or a full-width or
+# Arabic one. Written so that Python's re and RE2 read it alike (no \s: RE2's is ASCII only):
+# the log computes the same flag with pyarrow when it loads a user into memory.
+QUESTION_PATTERN = "[？؟]|\\?([^A-Za-z0-9_/=&%#+-]|$)"
+# Speakers whose questions are requests to an assistant: there the facts are in the question
+# ("a gift for my sister, who loves pottery?"), not in the reply.
+REQUESTING_ROLES = ("user", "human")
 _QUESTION_RE = re.compile(QUESTION_PATTERN)
 # Scope names (user, project, session ids) are chosen by hosts; allow anything printable.
 _SCOPE_MAX = 200
@@ -25,9 +29,10 @@ _BAD_CHARS_RE = re.compile(r"[\x00\ud800-\udfff]")
 _SCOPE_BAD_RE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
-def asks_question(kind: str, text: str) -> bool:
-    """Whether a message asks something: in a conversation, its answer is in the reply."""
-    return kind == "message" and _QUESTION_RE.search(text) is not None
+def asks_question(kind: str, speaker: str, text: str) -> bool:
+    """Whether a message asks something whose answer is in the reply: a question, not spoken
+    in one of the ``REQUESTING_ROLES``."""
+    return kind == "message" and speaker.lower() not in REQUESTING_ROLES and _QUESTION_RE.search(text) is not None
 
 
 def as_utc(value: datetime) -> datetime:
@@ -191,7 +196,7 @@ class Record(BaseModel):
     @property
     def asks(self) -> bool:
         """Whether this is a message that asks a question (see ``asks_question``)."""
-        return asks_question(self.kind, self.text)
+        return asks_question(self.kind, self.speaker, self.text)
 
 
 @dataclass(frozen=True, slots=True)
