@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     session_weight: float = Field(0.2, ge=0.0, description="Weight of the session prior in recall (0: off).")
     reply_share: float = Field(
         0.2, ge=0.0, le=1.0, description="Share of a question turn's score that passes to the reply after it, "
-        "in recall and deep search (0: off).",
+        "in recall and deep search; a speaker named user or human asks an assistant and keeps it (0: off).",
     )  # fmt: skip
     use_weight: float = Field(
         0.0, ge=0.0, description="Weight of past use (access counts, log-scaled, saturating at 100) in recall (0: off)."
