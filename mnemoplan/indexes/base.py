@@ -29,6 +29,16 @@ def top_k_param(default: int, description: str = "How many records to return.") 
                      minimum=1, maximum=TOP_K_MAX)  # fmt: skip
 
 
+def query_param(what: str) -> ParamSpec:
+    """The optional ``query`` parameter: ``what`` the index does with it, else the plan's query."""
+    return ParamSpec(name="query", type="string", description=f"{what}; defaults to the plan's query.")
+
+
+def kinds_param(kinds: str = "") -> ParamSpec:
+    """The optional ``kinds`` filter (``kinds``: those the index holds, named in the description)."""
+    return ParamSpec(name="kinds", type="string_list", description=f"Only these kinds{f' ({kinds})' if kinds else ''}.")
+
+
 @dataclass(frozen=True)
 class Hit:
     """One record an index found, with its raw score and, where it has one, a reason."""

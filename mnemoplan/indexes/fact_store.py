@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mnemoplan.extract.names import entity_key
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, query_param, top_k_param
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -20,7 +20,7 @@ class FactStoreIndex(SearchIndex):
         best_for=["what someone is, has, likes, did", "current state of something that changes (job, home)",
                   "yes/no questions about a person's preferences"],  # fmt: skip
         query_params=[
-            ParamSpec(name="query", type="string", description="What to match; defaults to the plan's query."),
+            query_param("What to match"),
             ParamSpec(name="subject", type="string", description="Only facts about this entity (name or key)."),
             ParamSpec(name="include_superseded", type="boolean", default=False,
                       description="Also facts a newer fact replaced (history)."),  # fmt: skip

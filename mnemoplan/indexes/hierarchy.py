@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, query_param
 from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.indexes.vector_cache import KIND_CODES
@@ -28,7 +28,7 @@ class HierarchicalIndex(SearchIndex):
         best_for=["questions whose answer spans several turns", "'what did we discuss about X'",
                   "multi-part and list questions"],  # fmt: skip
         query_params=[
-            ParamSpec(name="query", type="string", description="What to match; defaults to the plan's query."),
+            query_param("What to match"),
             ParamSpec(name="top_sessions", type="integer", default=4, minimum=1, maximum=100, description="Sessions kept at level one."),
             ParamSpec(name="chunk_size", type="integer", default=6, minimum=1, maximum=100, description="Turns per chunk."),
             ParamSpec(name="top_chunks", type="integer", default=2, minimum=1, maximum=100, description="Chunks kept per session."),

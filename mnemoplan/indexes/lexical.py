@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
 from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
@@ -17,9 +17,9 @@ class BM25SearchIndex(SearchIndex):
         stores="An inverted index per user of every record's text.",
         best_for=["names, rare words, exact terms", "questions that reuse the memory's own words"],
         query_params=[
-            ParamSpec(name="query", type="string", description="Words to match; defaults to the plan's query."),
+            query_param("Words to match"),
             top_k_param(50),
-            ParamSpec(name="kinds", type="string_list", description="Only these kinds."),
+            kinds_param(),
             ParamSpec(name="session_id", type="string", description="Only this session."),
         ],
         returns="Records with a BM25 score (unbounded, higher is better).",

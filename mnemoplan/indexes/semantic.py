@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 QUERY_PARAMS = [
-    ParamSpec(name="query", type="string", description="Text to embed; defaults to the plan's query."),
+    query_param("Text to embed"),
     top_k_param(50),
     ParamSpec(
         name="min_similarity", type="number", default=0.15, minimum=-1, maximum=1,
         description="Cosine floor; weaker matches are dropped.",
     ),
-    ParamSpec(name="kinds", type="string_list", description="Only these kinds (message, fact, procedure, episode)."),
+    kinds_param("message, fact, procedure, episode"),
 ]
 
 

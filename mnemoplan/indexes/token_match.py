@@ -7,20 +7,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, top_k_param
+from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
 from mnemoplan.indexes.embedder import TokenVectors
 from mnemoplan.indexes.lance_log import LACKS_TOKENS, LanceLog, sql_str
 from mnemoplan.indexes.token_store import project, token_weights
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 QUERY_PARAMS = [
-    ParamSpec(name="query", type="string", description="Text to match; defaults to the plan's query."),
+    query_param("Text to match"),
     top_k_param(100),
     ParamSpec(
         name="min_score", type="number", default=0.25, minimum=-1, maximum=1,
         description="Floor on the weighted match; weaker memories are dropped.",
     ),
-    ParamSpec(name="kinds", type="string_list", description="Only these kinds (message, fact, procedure)."),
+    kinds_param("message, fact, procedure"),
     ParamSpec(
         name="scan_log", type="boolean", default=False,
         description="For a user whose tokens are too many to hold in memory, read them all from the log "

@@ -314,7 +314,6 @@ class VectorCache(UserCache[UserVectors]):
     def __init__(self, *, max_user_rows: int = 200_000, max_total_rows: int | None = None) -> None:
         super().__init__(max_total_rows or 2 * max_user_rows)
         self.max_user_rows = max_user_rows
-        self.max_total_rows = self.max_total
 
     @staticmethod
     def size(entry: UserVectors) -> int:

@@ -61,12 +61,18 @@ def _add(cand: Candidate, signal: str, value: float) -> None:
     cand.score += value
 
 
-def expand_context(live: dict[str, Candidate], records: Heads, config: RankingConfig) -> None:
+def replies(live: dict[str, Candidate], records: Heads) -> dict[str, str]:
+    """Candidate -> the candidate that follows it in its session."""
+    return {records[rid].prev_id: rid for rid in live if records[rid].prev_id}
+
+
+def expand_context(
+    live: dict[str, Candidate], records: Heads, config: RankingConfig, next_of: dict[str, str]
+) -> None:
     """Each turn inherits part of the best score of its neighbours in the conversation."""
     if config.context_propagation <= 0:
         return
     base = {rid: c.score for rid, c in live.items()}
-    next_of = {records[rid].prev_id: rid for rid in live if records[rid].prev_id}
     for rid, cand in live.items():
         after = base.get(next_of.get(rid, ""), 0.0)
         before = base.get(records[rid].prev_id, 0.0) * config.context_backward
@@ -75,7 +81,7 @@ def expand_context(live: dict[str, Candidate], records: Heads, config: RankingCo
             _add(cand, "context", bonus)
 
 
-def pass_to_replies(live: dict[str, Candidate], records: Heads, share: float) -> None:
+def pass_to_replies(live: dict[str, Candidate], records: Heads, share: float, reply_to: dict[str, str]) -> None:
     """A question turn gives ``share`` of its score to the candidate that replies to it.
 
     What it gives up, it gives up whether or not its reply is a candidate: the question is
@@ -84,7 +90,6 @@ def pass_to_replies(live: dict[str, Candidate], records: Heads, share: float) ->
     if share <= 0:
         return
     base = {rid: c.score for rid, c in live.items()}
-    reply_to = {records[rid].prev_id: rid for rid in live if records[rid].prev_id}
     for rid, cand in live.items():
         if not records[rid].asks:
             continue
@@ -140,7 +145,8 @@ def rank(
     live = {rid: c for rid, c in cands.items() if rid in records}
     if wants_list:
         config = replace(config, context_propagation=config.context_propagation * config.list_context_factor)
-    expand_context(live, records, config)
+    next_of = replies(live, records)
+    expand_context(live, records, config, next_of)
     session_prior(live, records, config)
     for rid, cand in live.items():
         rec = records[rid]
@@ -154,6 +160,6 @@ def rank(
             _add(cand, "use", config.use_weight * use)
         if rec.superseded_by:
             cand.score *= config.superseded_factor
-    pass_to_replies(live, records, config.reply_share)
+    pass_to_replies(live, records, config.reply_share, next_of)
     ranked = sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))
     return diversify(ranked, records, config.list_session_decay) if wants_list else ranked
