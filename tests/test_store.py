@@ -101,6 +101,39 @@ def test_forget_removes_derived_records(service: MemoryService) -> None:
     assert service.store.log.count("user_id = 'u'") == 0
 
 
+def on_disk(root: Path, needle: str) -> list[str]:
+    """Files under ``root`` whose bytes hold ``needle``."""
+    raw = needle.encode()
+    return [str(f) for f in root.rglob("*") if f.is_file() and raw in f.read_bytes()]
+
+
+@pytest.mark.parametrize("scope", ["id", "session", "user"])
+def test_forgotten_text_leaves_the_disk_even_from_a_large_fragment(tmp_path: Path, scope: str) -> None:
+    """One message of forty, written in one call, then compacted: the delete marks it in a
+    fragment compaction would not rewrite for so few deletions."""
+    data = tmp_path / "data"
+    svc = make_service(data)
+    try:
+        say(svc, "other", "s", ("Kim", "unrelated words kept by another user"))
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(40)])
+        say(svc, "u", "t", ("Ann", "a second session marker HIDE99KK"))
+        svc.store.wait_for_writes("u")
+        svc.store.log.maintain()
+        if scope == "id":
+            svc.forget(ids=[ids[-1]], user_id="u")
+        elif scope == "session":
+            svc.forget(scope="session", session_id="t", user_id="u")
+        else:
+            svc.forget(scope="user", user_id="u")
+        gone = {"id": ["HIDE39KK"], "session": ["HIDE99KK"], "user": ["HIDE0KK", "HIDE99KK"]}[scope]
+        kept = {"id": ["HIDE38KK"], "session": ["HIDE39KK"], "user": []}[scope]
+        assert [on_disk(data, needle) for needle in gone] == [[] for _ in gone]
+        assert all(on_disk(data, needle) for needle in [*kept, "kept by another user"])
+        assert svc.store.log.count("user_id = 'other'") == 1
+    finally:
+        svc.close()
+
+
 def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "data"
     svc = make_service(data)

@@ -173,6 +173,12 @@ class LanceLog:
         self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
         path.mkdir(parents=True, exist_ok=True)
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
+        self._rewrites = path / "purge.json"  # per table, the fragments holding rows deleted since the last purge
+        try:
+            saved = json.loads(self._rewrites.read_text(encoding="utf-8"))
+            self._to_rewrite: dict[str, set[int]] = {name: set(frags) for name, frags in saved.items()}
+        except (OSError, ValueError, AttributeError, TypeError):
+            self._to_rewrite = {}
         self._db = lancedb.connect(str(path))
         self._ann_min_rows = ann_min_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
@@ -363,22 +369,68 @@ class LanceLog:
                 chunk = ids[start : start + 500]
                 where = self._of_user(sql_in("id", chunk), user_id)
                 deleted += self._table.count_rows(where)
-                self._table.delete(where)
+                self._delete(self._table, where)
             return deleted
 
     def delete_where(self, where: str, user_id: str | None = None) -> None:
         """Delete every record matching a filter (of ``user_id``'s rows only, when named)."""
         with self._changing(None, vectors=True, user_id=user_id):
             if self._table is not None:
-                self._table.delete(self._of_user(where, user_id))
+                self._delete(self._table, self._of_user(where, user_id))
+
+    def _delete(self, table: Any, where: str) -> None:
+        """Delete rows, first noting the fragments that hold them (kept on disk until ``purge``
+        has rewritten those fragments, so a crash in between does not lose them)."""
+        rows = table.search().where(where).with_row_id(True).select([]).limit(None).to_arrow()
+        fragments = {int(r) >> 32 for r in rows.column("_rowid").to_pylist()}
+        if fragments - self._to_rewrite.get(table.name, set()):
+            for fragment in fragments:
+                self._to_rewrite.setdefault(table.name, set()).add(fragment)
+            self._save_to_rewrite()
+        table.delete(where)
+
+    def _save_to_rewrite(self) -> None:
+        scratch = self._rewrites.with_suffix(".tmp")
+        scratch.write_text(json.dumps({k: sorted(v) for k, v in self._to_rewrite.items()}), encoding="utf-8")
+        os.replace(scratch, self._rewrites)
 
     def purge(self) -> None:
-        """Compact the tables and drop every old version, so deleted bytes leave the disk."""
-        with warnings.catch_warnings():
+        """Rewrite the fragments that hold deleted rows and drop every old version, so deleted
+        bytes leave the disk.
+
+        A delete only marks rows. Compaction rewrites a fragment for its deletions alone once
+        a tenth of its rows are gone, and never merges fragments under different deltas of the
+        vector index: one message forgotten out of forty, or out of a 100k-record log, stayed
+        in its file. So each such fragment's remaining rows are written again, unchanged (a
+        merge on the key, in batches: every batch is one commit, no reader misses a row), and
+        a fragment left with no rows leaves the table. ~14 s for a 100k-record fragment.
+        """
+        with self._rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for table in (self._table, self._keys):
-                if table is not None:
-                    table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            for table, key in ((self._table, "id"), (self._keys, "user_id")):
+                if table is None:
+                    continue
+                for fragment in sorted(self._to_rewrite.get(table.name, ())):
+                    self._rewrite_fragment(table, key, fragment)
+                table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            self._to_rewrite.clear()
+            self._save_to_rewrite()
+
+    @staticmethod
+    def _rewrite_fragment(table: Any, key: str, fragment: int, batch: int = 20_000) -> None:
+        """Write a fragment's rows again: the old copies are marked, the fragment goes when
+        all are. Row ids here are row addresses: the fragment in the high 32 bits."""
+        base = fragment << 32
+        here = f"_rowid >= {base} AND _rowid < {base + (1 << 32)}"
+        offsets = table.search().where(here).with_row_id(True).select([]).limit(None).to_arrow()
+        if offsets.num_rows == 0:
+            return
+        end = int(pc.max(offsets.column("_rowid")).as_py()) + 1
+        for start in range(base, end, batch):
+            rows = table.search().where(f"_rowid >= {start} AND _rowid < {min(start + batch, end)}").limit(None)
+            rows = rows.to_arrow()
+            if rows.num_rows:
+                table.merge_insert(key).when_matched_update_all().execute(rows)
 
     # -- per-user secrets ----------------------------------------------------------------
 
@@ -403,7 +455,7 @@ class LanceLog:
         """Destroy a user's secret: what the graph kept of them can no longer be linked to names."""
         with self._lock:
             self._salts.pop(user_id, None)
-            self._keys.delete(f"user_id = {sql_str(user_id)}")
+            self._delete(self._keys, f"user_id = {sql_str(user_id)}")
 
     def maintain(self) -> None:
         """Compact the fragments many small writes leave, and index what has grown big enough.
