@@ -53,6 +53,26 @@ def test_source_id_repeats_are_not_stored_twice(service: MemoryService) -> None:
     assert other_session.stored == 1
 
 
+def test_the_same_words_under_another_source_id_are_another_message(service: MemoryService) -> None:
+    def turn(who: str, text: str, src: str | None = None) -> MessageIn:
+        return MessageIn(content=text, speaker=who, source_id=src)
+
+    first = service.remember(messages=[turn("bot", "Book the flight?", "t1"), turn("kim", "Yes", "t2"),
+                                       turn("bot", "Book the hotel?", "t3"), turn("kim", "Yes", "t4")],
+                             user_id="u", session_id="s")  # fmt: skip
+    assert first.stored == 4 and len(set(first.ids)) == 4
+    later = service.remember(messages=[turn("kim", "Yes", "t6"), turn("kim", "Yes", "t4")], user_id="u", session_id="s")
+    assert later.stored == 1 and later.ids[1] == first.ids[3]
+    # Without source ids: twice in one call is two messages; the same content again later is a repeat.
+    twice = service.remember(messages=[turn("kim", "Sure"), turn("kim", "Sure")], user_id="u", session_id="s")
+    assert twice.stored == 2
+    again = service.remember(messages=[turn("kim", "Sure")], user_id="u", session_id="s")
+    assert again.stored == 0 and again.ids[0] in twice.ids
+    service.store.wait_for_writes("u")
+    rec = service.store.log.get("u", [first.ids[3]])[first.ids[3]]
+    assert rec.prev_id == first.ids[2]
+
+
 def test_forgetting_a_turn_recontextualises_the_next_one(service: MemoryService) -> None:
     ids = say(service, "u", "s", ("Ann", "my pin is quokka-77"), ("Ben", "noted"), ("Ann", "thanks"))
     service.forget(ids=[ids[0]], user_id="u")

@@ -184,7 +184,10 @@ class Ingestor:
         fresh: list[Record] = []
         duplicates = 0
         for mem, digest in zip(memories, hashes, strict=True):
-            prior = existing.get(digest) or (existing.get(f"src:{mem.source_id}") if mem.source_id else None)
+            # A source id is the message's identity: same text under another id is another
+            # message ("Yes" to two questions). Without one, the same content an earlier call
+            # stored is a repeat, but not the same content twice in one call.
+            prior = existing.get(f"src:{mem.source_id}") if mem.source_id else existing.get(digest)
             if prior:
                 ids.append(prior)
                 duplicates += 1
@@ -199,7 +202,6 @@ class Ingestor:
                 entities=mentions_for(mem.text, mem.speaker, known), event_start=start, event_end=end,
                 valid_from=when if mem.kind == "fact" else None,
             )  # fmt: skip
-            existing[digest] = rec.id
             if mem.source_id:
                 existing[f"src:{mem.source_id}"] = rec.id
             ids.append(rec.id)

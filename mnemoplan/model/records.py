@@ -117,7 +117,10 @@ class MessageIn(BaseModel):
         None, description="When it was said or happened (ISO-8601); defaults to the call's occurred_at, else now."
     )
     source_id: str | None = Field(
-        None, description="The host's own id for this message; a repeat with the same id is not stored twice."
+        None, description=(
+            "The host's own id for this message: a repeat with the same id in the same session is not "
+            "stored twice, and the same text under another id is another message."
+        ),
     )
     kind: Kind | None = Field(None, description="message (default), fact, procedure or episode.")
     metadata: dict[str, Any] | None = Field(None, description="Free-form JSON kept with the record.")

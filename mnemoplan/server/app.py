@@ -143,7 +143,10 @@ def register_tools(mcp: MCPServer) -> None:
         flush: Annotated[bool, Field(description="Extract facts from this session's pending messages now "
                                                  "(with an LLM configured; otherwise every 10 messages).")] = False,
     ) -> RememberResult:
-        """Store messages or facts for a user, losslessly, and index them. Repeats are not stored twice."""
+        """Store messages or facts for a user, losslessly, and index them. A repeat is not stored
+        twice: a message whose source_id its session already holds, or, without a source_id,
+        the same speaker, text and occurred_at (or none) an earlier call stored in the
+        same session."""
 
         def progress(done: int, total: int) -> None:  # from the worker thread; a no-op unless the caller asked
             try:
