@@ -167,6 +167,15 @@ def test_deep_searchs_token_default_does_not_become_recalls_llm_reranker(tmp_pat
         svc.close()
 
 
+def test_deep_search_of_a_user_with_no_memories_is_empty_without_failures(service: MemoryService) -> None:
+    seed(service)
+    service.forget(scope="user", user_id="u")
+    for user in ("u", "nobody"):
+        result = service.deep_search("Where does Ben's sister teach chemistry?", user_id=user)
+        assert result.items == [] and result.warnings == []
+        assert all(not step.error for step in result.steps)
+
+
 def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None:
     seed(service)
     result = service.deep_search("Which orchestra instrument does Ann rehearse on Thursdays?", user_id="u")

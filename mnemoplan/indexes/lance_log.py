@@ -122,9 +122,10 @@ def _row_to_record(row: dict[str, Any]) -> Record:
 
 def _matrix(column: pa.ChunkedArray) -> np.ndarray:
     """A fixed-size-list vector column as one float32 matrix, copied once."""
+    if not len(column):  # a user with no records: still one column per dimension
+        return np.zeros((0, column.type.list_size), dtype=np.float32)
     parts = [chunk.flatten().to_numpy(zero_copy_only=False) for chunk in column.chunks]
-    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-    return flat.reshape(len(column), -1) if len(column) else flat
+    return np.concatenate(parts).reshape(len(column), -1)
 
 
 def _head_arrays(data: pa.Table, names: list[str] = HEAD_COLUMNS) -> dict[str, np.ndarray]:
