@@ -176,6 +176,24 @@ def test_deep_search_of_a_user_with_no_memories_is_empty_without_failures(servic
         assert all(not step.error for step in result.steps)
 
 
+def test_an_intersect_step_keeps_what_it_and_its_dependencies_both_found() -> None:
+    from mnemoplan.planner.fusion import fuse
+
+    def ran(step_id: str, index: str, ids: str, **kw: Any) -> StepResult:
+        step = PlanStep(step_id=step_id, index=index, **kw)
+        return StepResult(step, [Hit(rid, 1.0 - i / 10) for i, rid in enumerate(ids.split())])
+
+    a = ran("a", "bm25", "r1 r2 r3")
+    b = ran("b", "semantic", "r2 r3 r4 r5", depends_on=["a"], combine="intersect")
+    c = ran("c", "temporal", "r9")
+    for order in ([a, b, c], [b, c, a]):
+        fused = fuse(order, "weighted_union", modes={})
+        assert set(fused) == {"r2", "r3", "r9"}  # a and b both; c, which b does not depend on, untouched
+        assert fused["r2"].provenance == ["a", "b"]
+    alone = ran("b", "semantic", "r2 r4", combine="intersect")  # no dependency: every step before it
+    assert set(fuse([a, alone], "rrf", modes={})) == {"r2"}
+
+
 def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None:
     seed(service)
     result = service.deep_search("Which orchestra instrument does Ann rehearse on Thursdays?", user_id="u")

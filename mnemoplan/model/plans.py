@@ -69,7 +69,12 @@ class PlanStep(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="Parameters from the index's query_params.")
     rationale: str = ""
     depends_on: list[str] = Field(default_factory=list, description="Steps whose results feed this one.")
-    combine: StepCombine = Field("union", description="How this step's results join those it depends on.")
+    combine: StepCombine = Field(
+        "union", description=(
+            "How this step's results join those it depends on: union adds them; intersect keeps, of what its "
+            "dependencies found, only what it found too; filter_by re-scores what other steps found."
+        ),
+    )
     weight: float = Field(1.0, ge=0.0, le=10.0, description="Weight of this step in the fusion.")
 
 

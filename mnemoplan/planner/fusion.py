@@ -58,34 +58,57 @@ def fuse(
         weights: Overrides of step weights, by index name.
 
     A step whose ``combine`` is ``filter_by`` only re-scores records other steps found;
-    ``intersect`` keeps only the records it found too.
+    ``intersect`` keeps, of the records the steps it depends on found (every earlier step's
+    when it names none), only those it found too, and adds none of its own.
     """
     weights = weights or {}
     cands: dict[str, Candidate] = {}
+    found: dict[str, set[str]] = {}
     intersections: list[set[str]] = []
+    joins: list[tuple[StepResult, dict[str, float], set[str]]] = []
     for result in results:
         step = result.step
-        weight = weights.get(step.index, step.weight)
-        name = step.step_id
-        if strategy == "rrf":
-            ranked = list(dict.fromkeys(h.id for h in result.hits))
-            contrib = {rid: 1.0 / (RRF_K + rank + 1) for rank, rid in enumerate(ranked)}
-        else:
-            contrib = normalise(result, modes.get(step.index, "max"))
-        details = {h.id: h.detail for h in result.hits if h.detail}
-        for rid, value in contrib.items():
-            cand = cands.get(rid)
-            if cand is None:
-                if step.combine == "filter_by":
-                    continue
-                cand = cands[rid] = Candidate(rid)
-            cand.scores[name] = round(value, 4)
-            cand.score += weight * value
-            cand.provenance.append(name)
-            if rid in details:
-                cand.details.append(details[rid])
-        if step.combine == "intersect" or strategy == "sequential_filter":
+        contrib = _contributions(result, strategy, modes)
+        found[step.step_id] = set(contrib)
+        if step.combine == "intersect" and strategy != "sequential_filter":
+            joins.append((result, contrib, set(cands)))  # applied once every step has added its records
+            continue
+        _add(cands, result, contrib, weights, new=step.combine != "filter_by")
+        if strategy == "sequential_filter":
             intersections.append(set(contrib))
+    for result, contrib, before in joins:
+        deps = result.step.depends_on
+        upstream = set().union(*(found.get(d, set()) for d in deps)) if deps else before
+        for rid in upstream - set(contrib):
+            cands.pop(rid, None)
+        _add(cands, result, contrib, weights, new=False)
     for keep in intersections:
         cands = {rid: c for rid, c in cands.items() if rid in keep}
     return cands
+
+
+def _contributions(result: StepResult, strategy: str, modes: Mapping[str, str]) -> dict[str, float]:
+    if strategy == "rrf":
+        ranked = list(dict.fromkeys(h.id for h in result.hits))
+        return {rid: 1.0 / (RRF_K + rank + 1) for rank, rid in enumerate(ranked)}
+    return normalise(result, modes.get(result.step.index, "max"))
+
+
+def _add(
+    cands: dict[str, Candidate], result: StepResult, contrib: dict[str, float], weights: Mapping[str, float], *, new: bool
+) -> None:
+    """Add one step's scores to the candidates (creating those it alone found when ``new``)."""
+    step = result.step
+    weight = weights.get(step.index, step.weight)
+    details = {h.id: h.detail for h in result.hits if h.detail}
+    for rid, value in contrib.items():
+        cand = cands.get(rid)
+        if cand is None:
+            if not new:
+                continue
+            cand = cands[rid] = Candidate(rid)
+        cand.scores[step.step_id] = round(value, 4)
+        cand.score += weight * value
+        cand.provenance.append(step.step_id)
+        if rid in details:
+            cand.details.append(details[rid])
