@@ -46,3 +46,20 @@ def test_stats_command_reads_the_log(tmp_path: Path, capsys: pytest.CaptureFixtu
     summary = json.loads(capsys.readouterr().out)
     assert summary["recall"]["searches"] == 3 and summary["deep"]["searches"] == 1
     assert summary["recall"]["errors"] == 0 and summary["recall"]["p50_ms"] > 0
+
+
+def test_command_errors_are_one_line_and_an_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
+    data = str(tmp_path / "data")
+    assert main(["search", "otters", "--limit", "0", "--data-dir", data]) == 2
+    assert main(["search", " ", "--data-dir", data]) == 2
+    err = capsys.readouterr().err
+    assert err.count("[invalid_input]") == 2 and "Traceback" not in err
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    assert main(["search", "otters", "--data-dir", str(tmp_path / "a-file")]) == 1
+    assert "mnemoplan: " in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--http", "--port", "99999", "--data-dir", data])
+    assert exit_.value.code == 2 and "between 1 and 65535" in capsys.readouterr().err

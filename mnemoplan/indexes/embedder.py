@@ -220,7 +220,12 @@ class SentenceEmbedder:
             log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
         except BaseException as exc:  # reported to every caller of embed()
             self._error = exc
-            log.error("could not load the embedding model %s: %s", self.name, exc)
+            if isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc):
+                # The process is exiting before the model was needed (a command that failed
+                # early, or never embeds): nothing went wrong with the model.
+                log.debug("embedding model load stopped: the process is exiting")
+            else:
+                log.error("could not load the embedding model %s: %s", self.name, exc)
         finally:
             self._loaded.set()
 

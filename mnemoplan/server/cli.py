@@ -112,6 +112,16 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is between 1 and 65535, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -129,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="HTTP port (default 8765)")
+    p.add_argument("--port", type=_port, help="HTTP port (default 8765)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("config", help="print the effective configuration", description=cmd_config.__doc__)
@@ -157,7 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["serve", *(argv or sys.argv[1:])])
-    return int(args.func(args) or 0)
+    from mnemoplan.errors import MnemoError
+
+    try:
+        return int(args.func(args) or 0)
+    except MnemoError as exc:  # bad input, a locked data directory...: one line, not a traceback
+        print(f"mnemoplan: {exc.to_text()}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a data directory that is a file, a full disk, no permission
+        print(f"mnemoplan: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
