@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from mnemoplan.errors import InvalidInput
 from mnemoplan.indexes.base import TOP_K_MAX, Hit
 from mnemoplan.model import MessageIn, PlanStep, QueryPlan
 from mnemoplan.planner.executor import StepResult
@@ -230,6 +231,16 @@ def test_a_caller_plan_runs_exactly_as_given(service: MemoryService) -> None:
     assert result.stats.rounds == 1 and [s.step_id for s in result.steps] == ["only"]
     assert result.plans[0].steps == plan.steps and result.plans[0].source == "caller"
     assert len(result.items) <= 3
+
+
+def test_a_caller_plans_max_results_holds_unless_the_call_sets_its_own(service: MemoryService) -> None:
+    turns = [MessageIn(content=f"pottery note {i}: glazing, kilns and clay", speaker="Ann") for i in range(8)]
+    service.remember(messages=turns, user_id="u", session_id="s1")
+    plan = QueryPlan(query="pottery", steps=[PlanStep(step_id="s", index="bm25", params={"top_k": 20})], max_results=2)
+    assert len(service.deep_search("pottery", user_id="u", plan=plan).items) == 2
+    assert len(service.deep_search("pottery", user_id="u", plan=plan, max_results=4).items) == 4
+    with pytest.raises(InvalidInput, match="plan.max_results must be between 1 and 30"):
+        service.deep_search("pottery", user_id="u", plan=plan.model_copy(update={"max_results": 40}))
 
 
 def test_llm_plan_is_used_and_cost_comes_from_reported_usage(tmp_path: Path, llm: Any) -> None:

@@ -195,7 +195,9 @@ def register_tools(mcp: MCPServer) -> None:
         query: Annotated[str, Field(description="What to find.")],
         user_id: UserId = None,
         time_range: Annotated[TimeRange | None, Field(description="Only things that happened in this window.")] = None,
-        max_results: Annotated[int, Field(description="How many results (1-30).")] = 10,
+        max_results: Annotated[
+            int | None, Field(description="How many results (1-30; default: the plan's max_results, else 10).")
+        ] = None,
         plan: Annotated[
             QueryPlan | None, Field(description="A plan from explain_plan, possibly edited; run exactly as given.")
         ] = None,

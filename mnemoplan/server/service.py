@@ -240,12 +240,14 @@ class MemoryService:
         *,
         user_id: str | None = None,
         time_range: TimeRange | None = None,
-        max_results: int = 10,
+        max_results: int | None = None,
         plan: QueryPlan | None = None,
         project_id: str | None = None,
         reference_time: datetime | None = None,
     ):
         """The thorough path: plan, execute, judge, re-plan, rerank.
+
+        ``max_results`` defaults to a caller plan's own, else 10.
 
         Raises:
             InvalidInput: bad arguments.
@@ -253,9 +255,12 @@ class MemoryService:
         """
         user = self._reader(user_id)
         query = self._query(query)
+        what = "max_results"
+        if max_results is None:
+            max_results, what = (10, what) if plan is None else (plan.max_results, "plan.max_results")
         if not 1 <= max_results <= self.limits.deep_max_results:
             raise InvalidInput(
-                f"max_results must be between 1 and {self.limits.deep_max_results}, got {max_results}."
+                f"{what} must be between 1 and {self.limits.deep_max_results}, got {max_results}."
             )
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
