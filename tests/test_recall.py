@@ -99,6 +99,21 @@ def test_per_call_options(service: MemoryService) -> None:
     assert all("semantic" not in i.scores or i.scores.get("semantic", 0) >= 0 for i in lexical.items)
 
 
+def test_the_context_budget_counts_other_scripts_at_their_cost() -> None:
+    from mnemoplan.model import MemoryItem
+    from mnemoplan.planner.formatter import estimate_tokens, format_context
+
+    assert estimate_tokens("a" * 400) == 100 and estimate_tokens("犬" * 100) == 100
+    assert estimate_tokens("д" * 100) == 50 and estimate_tokens("café " * 20) == 25
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    texts = ["妹の犬のポチは毎朝公園を走り回っていて、近所の子供たちにとても人気があります。" * 4, "a short note"]
+    items = [MemoryItem(id=f"{i:032x}", kind="message", text=t, occurred_at=when, score=1.0, speaker="Kim")
+             for i, t in enumerate(texts)]  # fmt: skip
+    for budget in (30, 50, 200):
+        context = format_context(items, budget)
+        assert context and estimate_tokens(context) <= budget + 2  # +2: the newlines between lines
+
+
 def test_every_item_carries_its_score_breakdown_and_the_trace_its_timings(service: MemoryService) -> None:
     say(service, "s", datetime(2024, 1, 1, tzinfo=UTC), ("Ann", "The lighthouse keeper painted the door blue"),
         ("Ben", "Blue is a good colour for a door"))  # fmt: skip

@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 from mnemoplan.model import MemoryItem
 
 CHARS_PER_TOKEN = 4  # a conservative average for English prose
+# Tokenizers spend more on other scripts: Greek and Cyrillic about one token per two
+# characters, CJK and most others (emoji too) about one per character or more.
+_MID = re.compile("[\u0370-\u052f]")
+_WIDE = re.compile("[^\u0000-\u052f]")
 
 
 def estimate_tokens(text: str) -> int:
-    """Rough token count (no tokenizer dependency)."""
-    return max(1, (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN)
+    """Rough token count (no tokenizer dependency): 4 Latin characters to a token, 2 Greek
+    or Cyrillic, 1 of any other script."""
+    if text.isascii():
+        return max(1, (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN)
+    wide, mid = len(_WIDE.findall(text)), len(_MID.findall(text))
+    narrow = len(text) - wide - mid
+    return max(1, math.ceil(narrow / CHARS_PER_TOKEN + mid / 2 + wide))
+
+
+def _clip(line: str, tokens: int) -> str:
+    """The longest start of ``line`` that, with an ellipsis, fits in ``tokens``."""
+    lo, hi = 0, len(line)
+    while lo < hi:  # estimate_tokens grows with the prefix: bisect on it
+        mid = (lo + hi + 1) // 2
+        if estimate_tokens(line[:mid] + "…") <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return line[:lo] + "…"
 
 
 def _line(item: MemoryItem) -> str:
@@ -38,9 +62,9 @@ def format_context(items: list[MemoryItem], token_budget: int) -> str:
             line = _line(item)
             cost = estimate_tokens(line)
             if used + header_cost + cost > token_budget:
-                room = (token_budget - used - header_cost) * CHARS_PER_TOKEN
-                if room > 40:
-                    lines.append(line[: room - 1] + "…")
+                room = token_budget - used - header_cost
+                if room > 10:
+                    lines.append(_clip(line, room))
                     used += estimate_tokens(lines[-1])
                 break
             lines.append(line)
