@@ -119,6 +119,11 @@ def test_bad_inputs_are_tool_errors_with_codes(tmp_path: Path) -> None:
             ("forget", {}, "invalid_input"),
             ("forget", {"scope": "session"}, "invalid_input"),
             ("remember", {"content": "x", "user_id": "bad\nuser"}, "invalid_input"),
+            ("remember", {"content": "x", "metadata": {"blob": "m" * 20_000}}, "too_large"),
+            ("remember", {"content": "x", "speaker": "s" * 500}, "[invalid_input] speaker is longer"),
+            ("remember", {"messages": [{"content": "x"}, {"content": "y", "speaker": "s" * 500}]}, "messages[1].speaker"),
+            ("deep_memory_search", {"query": "q", "plan": {"query": "q", "steps": [
+                {"step_id": "a", "index": "bm25", "params": {"kinds": ["bogus"]}}]}}, "invalid_plan"),
         ]
         for tool, args, code in checks:
             text = await error_text(client, tool, **args)

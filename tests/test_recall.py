@@ -95,6 +95,8 @@ def test_per_call_options(service: MemoryService) -> None:
     assert len(short.context) <= 50 * 4
     with pytest.raises(InvalidInput, match="telepathy"):
         service.recall("x", user_id="u", options=RecallOptions(weights={"telepathy": 1.0}))
+    with pytest.raises(InvalidInput, match="bm25 outside 0-5"):
+        service.recall("x", user_id="u", options=RecallOptions(weights={"bm25": 99.0}))
     lexical = service.recall("Where does Ola live?", user_id="u", options=RecallOptions(weights={"semantic": 0.0}))
     assert all("semantic" not in i.scores or i.scores.get("semantic", 0) >= 0 for i in lexical.items)
 

@@ -29,6 +29,15 @@ def test_unknown_parameter_and_bad_type(service: MemoryService) -> None:
     assert "integer" in err.value.message
 
 
+def test_a_kind_that_does_not_exist_is_refused_with_the_kinds_that_do(service: MemoryService) -> None:
+    for index in ("bm25", "semantic", "token_match"):
+        with pytest.raises(InvalidPlan) as err:
+            service.registry.validate(plan(PlanStep(step_id="a", index=index, params={"kinds": ["fact", "bogus"]})))
+        assert "'bogus'" in err.value.message and "message, fact, procedure, episode" in err.value.hint
+    ok = service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"kinds": "fact"})))
+    assert ok.steps[0].params["kinds"] == ["fact"]
+
+
 @pytest.mark.parametrize("top_k", [0, -3, 10**12])
 def test_numbers_out_of_range_are_refused_with_the_range(service: MemoryService, top_k: int) -> None:
     with pytest.raises(InvalidPlan) as err:  # a huge top_k once made Tantivy reserve 26 GB and abort

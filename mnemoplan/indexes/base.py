@@ -7,11 +7,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from mnemoplan.model import IndexDescriptor, ParamSpec, QueryAnalysis
+from mnemoplan.model.records import Kind
 
 # The most records one step may ask for: a larger list costs its index memory and time
 # (Tantivy reserves room for the whole list up front) and no ranking looks that deep.
@@ -36,7 +37,8 @@ def query_param(what: str) -> ParamSpec:
 
 def kinds_param(kinds: str = "") -> ParamSpec:
     """The optional ``kinds`` filter (``kinds``: those the index holds, named in the description)."""
-    return ParamSpec(name="kinds", type="string_list", description=f"Only these kinds{f' ({kinds})' if kinds else ''}.")
+    return ParamSpec(name="kinds", type="string_list", description=f"Only these kinds{f' ({kinds})' if kinds else ''}.",
+                     choices=list(get_args(Kind)))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,15 @@ def _num(bound: float) -> str:
     return str(int(bound)) if bound == int(bound) else str(bound)
 
 
+def _check_choices(spec: ParamSpec, values: list[str], where: str) -> None:
+    bad = [v for v in values if spec.choices is not None and v not in spec.choices]
+    if bad:
+        raise InvalidPlan(
+            f"{where}: parameter {spec.name!r} does not take {', '.join(map(repr, bad))[:80]}.",
+            hint=f"{spec.name}: one or more of {', '.join(spec.choices or ())}.",
+        )
+
+
 def _coerce(spec: ParamSpec, value: Any, where: str) -> Any:
     def fail() -> InvalidPlan:
         return InvalidPlan(
@@ -71,6 +80,7 @@ def _coerce(spec: ParamSpec, value: Any, where: str) -> Any:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise fail()
+        _check_choices(spec, value, where)
         return value
     raise fail()
 

@@ -105,6 +105,7 @@ class ParamSpec(BaseModel):
     default: Any = None
     minimum: float | None = Field(None, description="Smallest value allowed (numbers).")
     maximum: float | None = Field(None, description="Largest value allowed (numbers).")
+    choices: list[str] | None = Field(None, description="The values allowed (strings and string lists).")
 
 
 class IndexDescriptor(BaseModel):

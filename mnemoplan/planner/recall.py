@@ -229,11 +229,14 @@ class RecallPipeline:
             return config, None, False
         if options.weights:
             unknown = sorted(set(options.weights) - set(self.registry.names))
-            if unknown or any(not 0.0 <= w <= 5.0 for w in options.weights.values()):
+            if unknown:
                 raise InvalidInput(
-                    f"options.weights: unknown index {', '.join(unknown)} or a weight outside 0-5.",
+                    f"options.weights: unknown index {', '.join(unknown)}.",
                     hint=f"Indexes: {', '.join(self.registry.names)}.",
                 )
+            outside = sorted(name for name, w in options.weights.items() if not 0.0 <= w <= 5.0)
+            if outside:
+                raise InvalidInput(f"options.weights: {', '.join(outside)} outside 0-5.", hint="Weights are 0 to 5.")
             config = replace(config, weights=MappingProxyType({**config.weights, **options.weights}))
         if options.token_budget is not None:
             config = replace(config, token_budget=options.token_budget)

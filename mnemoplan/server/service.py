@@ -6,6 +6,7 @@ exercise the same code paths.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ class Limits:
     """Input limits the service enforces (from Settings)."""
 
     max_text_chars: int = 32_000
+    max_metadata_chars: int = 16_000  # as JSON
     max_query_chars: int = 4_000
     max_messages_per_call: int = 1_000
     max_forget_ids: int = 10_000
@@ -177,16 +179,22 @@ class MemoryService:
             )
         memories = []
         for i, msg in enumerate(messages):
-            what = "content" if len(messages) == 1 else f"messages[{i}].content"
-            text = check_text(msg.content, what=what, max_chars=self.limits.max_text_chars)
+            at = "" if content is not None else f"messages[{i}]."  # name the field the caller sent
+            text = check_text(msg.content, what=f"{at}content", max_chars=self.limits.max_text_chars)
+            extra = {**(metadata or {}), **(msg.metadata or {})}
+            if len(json.dumps(extra, default=str)) > self.limits.max_metadata_chars:
+                raise TooLarge(
+                    f"{at}metadata is over {self.limits.max_metadata_chars} characters as JSON.",
+                    hint="Keep metadata to small tags and ids; store text as content.",
+                )
             memories.append(
                 NewMemory(
                     text=text,
                     kind=msg.kind or kind or "message",
-                    speaker=check_scope(msg.speaker or speaker, what=f"messages[{i}].speaker"),
+                    speaker=check_scope(msg.speaker or speaker, what=f"{at}speaker"),
                     occurred_at=msg.occurred_at or occurred_at,
-                    source_id=check_scope(msg.source_id, what=f"messages[{i}].source_id"),
-                    metadata={**(metadata or {}), **(msg.metadata or {})},
+                    source_id=check_scope(msg.source_id, what=f"{at}source_id"),
+                    metadata=extra,
                 )
             )
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
