@@ -77,6 +77,10 @@ def test_datetime_parameters_are_parsed(service: MemoryService) -> None:
         plan(PlanStep(step_id="t", index="temporal", params={"start": "2023-05-01", "end": "2023-06-01T00:00:00Z"}))
     )
     assert checked.steps[0].params["start"].year == 2023
+    with pytest.raises(InvalidPlan, match="is not before end"):
+        service.registry.validate(
+            plan(PlanStep(step_id="t", index="temporal", params={"start": "2023-06-01", "end": "2023-05-01"}))
+        )
 
 
 class KeywordCountIndex(SearchIndex):

@@ -153,6 +153,10 @@ class IndexRegistry:
             missing = [n for n, s in specs.items() if s.required and params.get(n) is None]
             if missing:
                 raise InvalidPlan(f"{where}: missing required parameter(s) {', '.join(missing)}.")
+            start, end = params.get("start"), params.get("end")
+            if isinstance(start, datetime) and isinstance(end, datetime) and start >= end:
+                raise InvalidPlan(f"{where}: start {start.isoformat()} is not before end {end.isoformat()}.",
+                                  hint="A window's start comes before its end (exclusive).")  # fmt: skip
             for dep in step.depends_on:
                 if dep not in ids:
                     raise InvalidPlan(
