@@ -71,6 +71,22 @@ def test_who_are_my_friends_looks_up_people(service: MemoryService) -> None:
     assert set(top) == {"My friend Priya is coming over", "My best friend Tomas called"}
 
 
+def test_a_complete_question_is_searched_alone_whatever_the_history(service: MemoryService) -> None:
+    from mnemoplan.planner.analyzer import is_follow_up
+    from mnemoplan.planner.recall import history_context
+
+    complete = ["What car do I have?", "Where do I live?", "When is my birthday?", "What am I allergic to?"]
+    assert not any(is_follow_up(q) for q in complete)
+    assert all(is_follow_up(q) for q in ["how much?", "what brand?", "and her sister?", "When did we get her?"])
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    say(service, "s1", when, ("user", "I drive an old green Volvo estate"), ("user", "My sister visits in May"))
+    reply = "Lovely! " + "Visits from family are a great time to plan trips, meals and walks together. " * 12
+    found = service.recall("What car do I have?", user_id="u", history=["Ingrid is coming to visit", reply])
+    assert texts(found)[0] == "I drive an old green Volvo estate"
+    assert not any("follow-up" in n for n in found.trace.notes)
+    assert len(history_context(["Ingrid is coming to visit", reply]).split()) == 40
+
+
 def test_a_follow_up_searches_with_the_conversation(service: MemoryService) -> None:
     when = datetime(2024, 1, 1, tzinfo=UTC)
     say(service, "s1", when, ("Lia", "The new road bike cost 1400 euros"), ("Lia", "The piano lessons are weekly"))

@@ -93,10 +93,18 @@ _FOLLOW_UP_RE = re.compile(
 )
 
 
+_ANAPHOR_RE = re.compile(r"\b(it|that|this|those|these|they|them|he|him|she|her|there)\b", re.I)
+
+
 def is_follow_up(query: str) -> bool:
-    """True for a query that leans on the conversation: "how much?", "and her sister?"."""
-    content = [w for w in _WORD_RE.findall(query.lower()) if w not in _STOP and len(w) > 1]
-    return len(content) <= 1 or (len(content) <= 3 and bool(_FOLLOW_UP_RE.search(query)))
+    """True for a query that leans on the conversation: elliptical ("how much?", "what
+    brand?"), opening on a follow-up cue ("and her sister?"), or short and pointing back
+    ("when did we get her?"). A short complete question is not: "What car do I have?"."""
+    words = _WORD_RE.findall(query.lower())
+    content = [w for w in words if w not in _STOP and len(w) > 1]
+    if not content or (len(content) <= 1 and len(words) <= 3):
+        return True
+    return len(content) <= 3 and bool(_FOLLOW_UP_RE.search(query) or _ANAPHOR_RE.search(query))
 
 
 def is_smalltalk(query: str) -> bool:

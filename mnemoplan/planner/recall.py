@@ -110,6 +110,20 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
     )
 
 
+HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
+
+
+def history_context(history: list[str], most: int = HISTORY_WORDS) -> str:
+    """The start of the last turn, then of the one before, within ``most`` words: enough to
+    resolve "how much?" or "her", too little to swamp the question (a 180-word reply did)."""
+    picked: list[str] = []
+    for turn in reversed(history[-2:]):
+        words = turn.split()[: max(0, most - sum(len(p.split()) for p in picked))]
+        if words:
+            picked.insert(0, " ".join(words))
+    return " ".join(picked)
+
+
 class RecallPipeline:
     """Deterministic multi-signal retrieval.
 
@@ -264,9 +278,9 @@ class RecallPipeline:
         notes: list[str] = []
         searched = query
         if history and is_follow_up(query):
-            context = " ".join(h for h in history[-2:] if h.strip())
+            context = history_context(history)
             searched = f"{context} {query}".strip()
-            notes.append(f"follow-up: searched with the last {min(2, len(history))} turn(s) of history")
+            notes.append(f"follow-up: searched with {len(context.split())} words of the last turns of history")
         analysis = self.analyzer.analyze(searched, scope.user_id, reference_time)
         timings = {"analyze": round(analysis.duration_ms, 3)}
         if analysis.skip_retrieval:

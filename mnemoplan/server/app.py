@@ -176,7 +176,11 @@ def register_tools(mcp: MCPServer) -> None:
         ] = None,
         history: Annotated[
             list[str] | None,
-            Field(description="The last turns of the conversation, so a follow-up ('how much?') finds its topic."),
+            Field(description=(
+                "The last turns of the conversation, so a follow-up ('how much?', 'when did we get her?') finds "
+                "its topic: the start of the last two turns, at most 40 words, is searched with it. A complete "
+                "question is searched alone."
+            )),
         ] = None,
         options: Annotated[RecallOptions | None, Field(description="Safe per-call overrides of the defaults.")] = None,
     ) -> RecallResult:
