@@ -73,6 +73,23 @@ def test_the_same_words_under_another_source_id_are_another_message(service: Mem
     assert rec.prev_id == first.ids[2]
 
 
+def test_an_agent_loop_without_ids_or_times_keeps_every_turn_but_a_retried_call(service: MemoryService) -> None:
+    def one(who: str, text: str, session: str = "chat") -> list[str]:
+        result = service.remember(messages=[MessageIn(content=text, speaker=who)], user_id="u", session_id=session)
+        return result.ids if result.stored else []
+
+    turns = [("assistant", "Shall I book the 9:40 train?"), ("user", "Yes."),
+             ("assistant", "Should I also cancel Saturday's booking?"), ("user", "Yes.")]  # fmt: skip
+    assert all(one(who, text) for who, text in turns)  # the second "Yes." is a turn of its own
+    assert one("user", "Yes.") == []  # sent again at once: a retry
+    batch = [MessageIn(content="Thanks!", speaker="user"), MessageIn(content="Any time.", speaker="assistant")]
+    first = service.remember(messages=batch, user_id="u", session_id="chat")
+    again = service.remember(messages=batch, user_id="u", session_id="chat")
+    assert first.stored == 2 and again.stored == 0 and again.ids == first.ids
+    assert one("user", "Yes.") and one("user", "Yes.", session="other")
+    assert service.store.log.count("user_id = 'u' AND kind = 'message'") == 8
+
+
 def test_forgetting_a_turn_recontextualises_the_next_one(service: MemoryService) -> None:
     ids = say(service, "u", "s", ("Ann", "my pin is quokka-77"), ("Ben", "noted"), ("Ann", "thanks"))
     service.forget(ids=[ids[0]], user_id="u")

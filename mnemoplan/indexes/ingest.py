@@ -179,15 +179,28 @@ class Ingestor:
         hashes = [content_hash(user_id, project_id, session_id, m) for m in memories]
         sources = [m.source_id for m in memories if m.source_id]
         existing = self.store.existing(user_id, session_id, hashes, sources)
+        # A message with neither source id nor time cannot be told from another saying the same
+        # ("Yes" to two questions): it is a repeat only as part of a retried call, that is when
+        # such messages of the call, in order, are the session's last messages.
+        loose = [i for i, m in enumerate(memories) if not m.source_id and m.occurred_at is None and m.kind == "message"]
+        retried: dict[int, str] = {}
+        if loose and all(hashes[i] in existing for i in loose):
+            tail = self.store.session_tail(user_id, session_id, len(loose))
+            if [h for h, _ in tail] == [hashes[i] for i in loose]:
+                retried = {i: rid for i, (_, rid) in zip(loose, tail, strict=True)}
+        loose_set = set(loose)
         known = list(self.store.catalog(user_id).entities)
         ids: list[str] = []
         fresh: list[Record] = []
         duplicates = 0
-        for mem, digest in zip(memories, hashes, strict=True):
+        for i, (mem, digest) in enumerate(zip(memories, hashes, strict=True)):
             # A source id is the message's identity: same text under another id is another
-            # message ("Yes" to two questions). Without one, the same content an earlier call
-            # stored is a repeat, but not the same content twice in one call.
-            prior = existing.get(f"src:{mem.source_id}") if mem.source_id else existing.get(digest)
+            # message. Without one, the same content (and time) an earlier call stored is a
+            # repeat, but not the same content twice in one call.
+            if mem.source_id:
+                prior = existing.get(f"src:{mem.source_id}")
+            else:
+                prior = retried.get(i) if i in loose_set else existing.get(digest)
             if prior:
                 ids.append(prior)
                 duplicates += 1

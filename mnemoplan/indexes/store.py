@@ -154,6 +154,12 @@ class MemoryStore:
                 out[f"src:{src}"] = rid
         return out
 
+    def session_tail(self, user_id: str, session_id: str, count: int) -> list[tuple[str, str]]:
+        """(content hash, id) of a session's last ``count`` messages, oldest first."""
+        where = f"user_id = {sql_str(user_id)} AND session_id = {sql_str(session_id)} AND kind = 'message'"
+        rows = sorted(self.log.select(where, ["id", "content_hash", "seq"]), key=lambda r: r["seq"])
+        return [(r["content_hash"], r["id"]) for r in rows[-count:]] if count > 0 else []
+
     def _previous(self, rec: Record) -> tuple[Record | None, np.ndarray | None]:
         """The last message stored in the record's session, with its embedding."""
         key = (rec.user_id, rec.session_id)

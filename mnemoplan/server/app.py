@@ -144,9 +144,9 @@ def register_tools(mcp: MCPServer) -> None:
                                                  "(with an LLM configured; otherwise every 10 messages).")] = False,
     ) -> RememberResult:
         """Store messages or facts for a user, losslessly, and index them. A repeat is not stored
-        twice: a message whose source_id its session already holds, or, without a source_id,
-        the same speaker, text and occurred_at (or none) an earlier call stored in the
-        same session."""
+        twice: a message whose source_id its session already holds; without a source_id, the
+        same speaker, text and occurred_at an earlier call stored in the same session; with
+        neither, a retried call (the session's last messages sent again)."""
 
         def progress(done: int, total: int) -> None:  # from the worker thread; a no-op unless the caller asked
             try:
