@@ -171,6 +171,28 @@ def test_forgotten_text_leaves_the_disk_even_from_a_large_fragment(tmp_path: Pat
         svc.close()
 
 
+def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path) -> None:
+    """With a vector index, compaction leaves apart the fragments an update moved rows between."""
+    import numpy as np
+
+    from mnemoplan.indexes.lance_log import LanceLog
+
+    log = LanceLog(tmp_path / "log", ann_min_rows=256)
+    now = datetime.now(UTC)
+    rng = np.random.default_rng(0)
+    records = [Record(id=f"{i:032x}", user_id="u", kind="message", text=f"turn {i} marker HIDE{i}KK",
+                      occurred_at=now, created_at=now, seq=i) for i in range(300)]  # fmt: skip
+    vectors = rng.standard_normal((300, 8)).astype(np.float32)
+    log.add(records, vectors, vectors)
+    log.maintain()  # the vector index now covers the 300 rows
+    log.set_superseded(records[7].id, records[8].id, now, "u")  # moves row 7, leaving a marked copy
+    log.maintain()
+    log.delete([records[7].id], "u")
+    log.purge()
+    assert on_disk(tmp_path, "HIDE7KK") == [] and on_disk(tmp_path, "HIDE8KK")
+    assert log.count("user_id = 'u'") == 299
+
+
 def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "data"
     svc = make_service(data)

@@ -310,15 +310,15 @@ class LanceLog:
             if self._table is None:
                 return
             for rid, (prev_id, vector) in ids_to_vectors.items():
-                self._table.update(
-                    where=self._of_user(f"id = {sql_str(rid)}", user_id),
-                    values={"prev_id": prev_id, "vector": [float(x) for x in vector]},
-                )
+                where = self._of_user(f"id = {sql_str(rid)}", user_id)
+                self._note_fragments(self._table, where)  # an update leaves the old copy where it was
+                self._table.update(where=where, values={"prev_id": prev_id, "vector": [float(x) for x in vector]})
 
     def set_superseded(self, rid: str, by_id: str, valid_to: datetime, user_id: str | None = None) -> None:
         """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
         with self._changing([rid]):
             if self._table is not None:
+                self._note_fragments(self._table, f"id = {sql_str(rid)}")
                 self._table.update(where=f"id = {sql_str(rid)}", values={"superseded_by": by_id, "valid_to": valid_to})
                 self.vector_cache.mark_superseded(rid, by_id, user_id)
 
@@ -380,15 +380,20 @@ class LanceLog:
                 self._delete(self._table, self._of_user(where, user_id))
 
     def _delete(self, table: Any, where: str) -> None:
-        """Delete rows, first noting the fragments that hold them (kept on disk until ``purge``
-        has rewritten those fragments, so a crash in between does not lose them)."""
+        """Delete rows, first noting the fragments that hold them."""
+        self._note_fragments(table, where)
+        table.delete(where)
+
+    def _note_fragments(self, table: Any, where: str) -> None:
+        """Note the fragments holding these rows, before a delete or an update leaves a marked
+        copy of them there (kept on disk until ``purge`` has rewritten those fragments, so a
+        crash in between does not lose them)."""
         rows = table.search().where(where).with_row_id(True).select([]).limit(None).to_arrow()
         fragments = {int(r) >> 32 for r in rows.column("_rowid").to_pylist()}
         if fragments - self._to_rewrite.get(table.name, set()):
             for fragment in fragments:
                 self._to_rewrite.setdefault(table.name, set()).add(fragment)
             self._save_to_rewrite()
-        table.delete(where)
 
     def _save_to_rewrite(self) -> None:
         scratch = self._rewrites.with_suffix(".tmp")
