@@ -186,10 +186,10 @@ def test_an_intersect_step_keeps_what_it_and_its_dependencies_both_found() -> No
 
     a = ran("a", "bm25", "r1 r2 r3")
     b = ran("b", "semantic", "r2 r3 r4 r5", depends_on=["a"], combine="intersect")
-    c = ran("c", "temporal", "r9")
+    c = ran("c", "temporal", "r1 r9")
     for order in ([a, b, c], [b, c, a]):
         fused = fuse(order, "weighted_union", modes={})
-        assert set(fused) == {"r2", "r3", "r9"}  # a and b both; c, which b does not depend on, untouched
+        assert set(fused) == {"r1", "r2", "r3", "r9"}  # a and b both; what c found, b does not depend on
         assert fused["r2"].provenance == ["a", "b"]
     alone = ran("b", "semantic", "r2 r4", combine="intersect")  # no dependency: every step before it
     assert set(fuse([a, alone], "rrf", modes={})) == {"r2"}

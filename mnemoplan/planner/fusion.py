@@ -65,22 +65,23 @@ def fuse(
     cands: dict[str, Candidate] = {}
     found: dict[str, set[str]] = {}
     intersections: list[set[str]] = []
-    joins: list[tuple[StepResult, dict[str, float], set[str]]] = []
+    joins: list[tuple[StepResult, dict[str, float], set[str]]] = []  # (step, scores, the steps before it)
     for result in results:
         step = result.step
         contrib = _contributions(result, strategy, modes)
         found[step.step_id] = set(contrib)
         if step.combine == "intersect" and strategy != "sequential_filter":
-            joins.append((result, contrib, set(cands)))  # applied once every step has added its records
+            joins.append((result, contrib, set(found) - {step.step_id}))  # applied once every step has added
             continue
         _add(cands, result, contrib, weights, new=step.combine != "filter_by")
         if strategy == "sequential_filter":
             intersections.append(set(contrib))
     for result, contrib, before in joins:
-        deps = result.step.depends_on
-        upstream = set().union(*(found.get(d, set()) for d in deps)) if deps else before
-        for rid in upstream - set(contrib):
-            cands.pop(rid, None)
+        deps = set(result.step.depends_on) or before
+        for rid in set().union(*(found.get(d, set()) for d in deps)) - set(contrib):
+            cand = cands.get(rid)
+            if cand is not None and set(cand.provenance) <= deps:  # found by no step outside the join
+                del cands[rid]
         _add(cands, result, contrib, weights, new=False)
     for keep in intersections:
         cands = {rid: c for rid, c in cands.items() if rid in keep}
