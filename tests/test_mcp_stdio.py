@@ -122,6 +122,7 @@ def test_bad_inputs_are_tool_errors_with_codes(tmp_path: Path) -> None:
             ("remember", {"content": "x", "metadata": {"blob": "m" * 20_000}}, "too_large"),
             ("remember", {"content": "x", "speaker": "s" * 500}, "[invalid_input] speaker is longer"),
             ("remember", {"messages": [{"content": "x"}, {"content": "y", "speaker": "s" * 500}]}, "messages[1].speaker"),
+            ("remember", {"messages": [{"content": "x"}], "speaker": "s" * 500}, "[invalid_input] speaker is longer"),
             ("deep_memory_search", {"query": "q", "plan": {"query": "q", "steps": [
                 {"step_id": "a", "index": "bm25", "params": {"kinds": ["bogus"]}}]}}, "invalid_plan"),
         ]
@@ -129,6 +130,8 @@ def test_bad_inputs_are_tool_errors_with_codes(tmp_path: Path) -> None:
             text = await error_text(client, tool, **args)
             assert code in text, (tool, args, text)
             assert "Traceback" not in text and ".py" not in text and "/tmp" not in text
+        cjk = await call(client, "remember", content="x", user_id="carol", metadata={"note": "犬" * 3_000})
+        assert cjk["stored"] == 1  # the limit counts characters, not their JSON escapes
         # Query syntax is just words: a correct (possibly empty) result, never an error or a leak.
         await call(client, "remember", content="the quick brown fox", user_id="carol")
         await call(client, "remember", content="secret of dave", user_id="dave")

@@ -33,7 +33,9 @@ def test_a_kind_that_does_not_exist_is_refused_with_the_kinds_that_do(service: M
     for index in ("bm25", "semantic", "token_match"):
         with pytest.raises(InvalidPlan) as err:
             service.registry.validate(plan(PlanStep(step_id="a", index=index, params={"kinds": ["fact", "bogus"]})))
-        assert "'bogus'" in err.value.message and "message, fact, procedure, episode" in err.value.hint
+        assert "'bogus'" in err.value.message and "message, fact, procedure" in err.value.hint
+    with pytest.raises(InvalidPlan, match="'episode'"):  # the token index holds no summaries
+        service.registry.validate(plan(PlanStep(step_id="a", index="token_match", params={"kinds": ["episode"]})))
     ok = service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"kinds": "fact"})))
     assert ok.steps[0].params["kinds"] == ["fact"]
 

@@ -36,9 +36,11 @@ def query_param(what: str) -> ParamSpec:
 
 
 def kinds_param(kinds: str = "") -> ParamSpec:
-    """The optional ``kinds`` filter (``kinds``: those the index holds, named in the description)."""
+    """The optional ``kinds`` filter (``kinds``: those the index holds, e.g. "message, fact";
+    by default every kind)."""
+    held = [k.strip() for k in kinds.split(",") if k.strip()] or list(get_args(Kind))
     return ParamSpec(name="kinds", type="string_list", description=f"Only these kinds{f' ({kinds})' if kinds else ''}.",
-                     choices=list(get_args(Kind)))  # fmt: skip
+                     choices=held)  # fmt: skip
 
 
 @dataclass(frozen=True)
