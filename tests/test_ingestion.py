@@ -57,6 +57,17 @@ def test_supersede_keeps_history_and_recall_prefers_the_current_fact(service: Me
     assert {"Lyon", "Porto"} <= {w for i in history.items for w in ("Lyon", "Porto") if w in i.text}
 
 
+def test_moving_somewhere_replaces_where_one_lives(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="I live in Lyon", speaker="Zoe", occurred_at=SAID)],
+                     user_id="u", session_id="s1")  # fmt: skip
+    service.remember(messages=[MessageIn(content="I moved to Porto in March", speaker="Zoe")], user_id="u",
+                     session_id="s2")  # fmt: skip
+    facts = {f["text"]: f for f in facts_of(service, "u")}
+    old = next(f for t, f in facts.items() if "Lyon" in t)
+    new = next(f for t, f in facts.items() if "Porto" in t)
+    assert old["superseded_by"] == new["id"] and not new["superseded_by"]
+
+
 def test_the_entity_graph_is_per_user(service: MemoryService) -> None:
     service.remember(messages=[MessageIn(content="We went hiking with Bartholomew in Snowdonia", speaker="Ann")],
                      user_id="a", session_id="s")  # fmt: skip

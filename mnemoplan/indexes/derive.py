@@ -117,13 +117,20 @@ class FactDecision:
     contradicts: str = ""
 
 
+# Predicates that fill the same slot as another: moving somewhere is where one lives now.
+_SLOT = {"moved to": "lives in"}
+
+
 def base_predicate(predicate: str) -> str:
-    """``does not like`` -> ``likes``; other predicates unchanged."""
+    """``does not like`` -> ``likes``, ``moved to`` -> ``lives in``; others unchanged."""
+    predicate = _SLOT.get(predicate, predicate)
     words = predicate.split()
     if words[:2] in (["does", "not"], ["is", "not"], ["has", "not"]):
         rest = " ".join(words[2:])
-        if words[0] == "does":
-            return rest + ("s" if rest and not rest.endswith("s") else "")
+        if words[0] == "does":  # "does not live in" -> "lives in"
+            verb, *more = rest.split() or [""]
+            verb += "s" if verb and not verb.endswith("s") else ""
+            return _SLOT.get(" ".join([verb, *more]), " ".join([verb, *more]))
         return f"{words[0]} {rest}".strip()
     return predicate
 
