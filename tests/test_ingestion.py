@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mnemoplan.model import MessageIn, PlanStep, QueryPlan
+from mnemoplan.model import MessageIn, PlanStep, QueryPlan, RecallOptions
 from mnemoplan.server.service import MemoryService
 from tests.conftest import make_service
 from tests.llm_server import LoopbackMessagesServer, Reply
@@ -66,6 +66,33 @@ def test_moving_somewhere_replaces_where_one_lives(service: MemoryService) -> No
     old = next(f for t, f in facts.items() if "Lyon" in t)
     new = next(f for t, f in facts.items() if "Porto" in t)
     assert old["superseded_by"] == new["id"] and not new["superseded_by"]
+    found = service.recall("Where does Zoe live?", user_id="u")
+    said = {i.text: i for i in found.items if i.kind == "message"}
+    assert not said["I live in Lyon"].current and said["I moved to Porto in March"].current
+    current = service.recall("Where does Zoe live?", user_id="u", options=RecallOptions(current_only=True))
+    assert all("Lyon" not in i.text for i in current.items)
+
+
+def test_forgetting_what_replaced_a_fact_makes_it_current_again(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="I live in Lyon", speaker="Zoe", occurred_at=SAID)],
+                     user_id="u", session_id="s1")  # fmt: skip
+    moved = service.remember(messages=[MessageIn(content="I moved to Porto", speaker="Zoe")], user_id="u",
+                             session_id="s2").ids  # fmt: skip
+    service.forget(ids=moved, user_id="u")
+    rows = service.store.log.select("user_id = 'u'", ["text", "superseded_by", "valid_to"])
+    assert rows and all(not r["superseded_by"] and r["valid_to"] is None for r in rows)
+    found = service.recall("Where does Zoe live?", user_id="u", options=RecallOptions(current_only=True))
+    assert "I live in Lyon" in [i.text for i in found.items]
+
+
+def test_a_message_stays_current_while_any_fact_read_from_it_is(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="I live in Lyon and I love sailing", speaker="Zoe",
+                                         occurred_at=SAID)], user_id="u", session_id="s1")  # fmt: skip
+    service.remember(messages=[MessageIn(content="I live in Porto", speaker="Zoe")], user_id="u", session_id="s2")
+    facts = facts_of(service, "u")
+    assert any("sailing" in f["text"] and not f["superseded_by"] for f in facts)
+    first = service.store.log.select("user_id = 'u' AND kind = 'message'", ["text", "superseded_by"])
+    assert {r["text"]: r["superseded_by"] for r in first}["I live in Lyon and I love sailing"] == ""
 
 
 def test_the_entity_graph_is_per_user(service: MemoryService) -> None:

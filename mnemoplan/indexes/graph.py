@@ -200,8 +200,8 @@ class GraphIndex:
                     {"rows": relations},
                 )
 
-    def close_relation(self, fact_id: str, valid_to: int) -> None:
-        """Mark the edges a superseded fact created as no longer valid."""
+    def close_relation(self, fact_id: str, valid_to: int | None) -> None:
+        """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
         self._run("MATCH ()-[x:RELATED {fact: $f}]->() SET x.valid_to = $t", {"f": fact_id, "t": valid_to})
 
     def delete(self, ids: list[str]) -> int:

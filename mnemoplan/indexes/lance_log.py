@@ -314,8 +314,9 @@ class LanceLog:
                 self._note_fragments(self._table, where)  # an update leaves the old copy where it was
                 self._table.update(where=where, values={"prev_id": prev_id, "vector": [float(x) for x in vector]})
 
-    def set_superseded(self, rid: str, by_id: str, valid_to: datetime, user_id: str | None = None) -> None:
-        """Close a fact's validity: ``valid_to`` and the id of the fact that replaced it."""
+    def set_superseded(self, rid: str, by_id: str, valid_to: datetime | None, user_id: str | None = None) -> None:
+        """Close a record's validity: ``valid_to`` and the id of the fact that replaced it (or
+        reopen it: "" and None)."""
         with self._changing([rid]):
             if self._table is not None:
                 self._note_fragments(self._table, f"id = {sql_str(rid)}")

@@ -234,11 +234,23 @@ class MemoryStore:
         return stored
 
     def supersede(self, user_id: str, old_id: str, new_id: str) -> None:
-        """Close an old fact's validity in favour of a newer one (history stays queryable)."""
+        """Close an old fact's validity in favour of a newer one (history stays queryable).
+
+        The message the old fact was read from is closed too once every fact read from it is:
+        "I live in Oslo" is no longer current after "I moved to Bergen", and would otherwise
+        outrank it ("...and I love skiing" stays current while that fact does).
+        """
         with self._write_lock:
             now = datetime.now(UTC)
             self.log.set_superseded(old_id, new_id, now, user_id)
             self.ledger(user_id).retire_fact(old_id)
+            old = self.log.get(user_id, [old_id]).get(old_id)
+            user = f"user_id = {sql_str(user_id)}"
+            for source in old.derived_from if old is not None else []:
+                facts = self.log.select(f"{user} AND kind = 'fact' AND array_has(derived_from, {sql_str(source)})",
+                                        ["id", "superseded_by"])  # fmt: skip
+                if all(f["superseded_by"] or f["id"] == old_id for f in facts):
+                    self.log.set_superseded(source, new_id, now, user_id)
         self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
 
     def reinforce(self, user_id: str, fact_ids: list[str]) -> None:
@@ -362,6 +374,11 @@ class MemoryStore:
                 self._accesses.pop(rid, None)
                 self._mention_counts.pop(rid, None)
         report.per_store["log"] = self.log.delete(ids, user_id)
+        # What the deleted records had replaced is current again: forgetting "I moved to
+        # Bergen" leaves Oslo as where the user lives.
+        for row in self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('superseded_by', ids)}", ["id"]):
+            self.log.set_superseded(row["id"], "", None, user_id)
+            self.graph.close_relation(row["id"], None)
         report.per_store["graph"] = self.graph.delete(ids)
         report.per_store["bm25"] = self.bm25.delete(user_id, ids)
         if successors:
