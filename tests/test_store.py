@@ -180,8 +180,9 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     log = LanceLog(tmp_path / "log", ann_min_rows=256)
     now = datetime.now(UTC)
     rng = np.random.default_rng(0)
-    records = [Record(id=f"{i:032x}", user_id="u", kind="message", text=f"turn {i} marker HIDE{i}KK",
-                      occurred_at=now, created_at=now, seq=i) for i in range(300)]  # fmt: skip
+    records = [Record(id=f"{i:04d}{'a' * 28}", user_id="u", kind="message", text=f"turn {i} marker HIDE{i}KK",
+                      session_id=f"session-{i}-SID", occurred_at=now, created_at=now, seq=i)
+               for i in range(300)]  # fmt: skip
     vectors = rng.standard_normal((300, 8)).astype(np.float32)
     log.add(records, vectors, vectors)
     log.maintain()  # the vector index now covers the 300 rows
@@ -191,6 +192,12 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     log.purge()
     assert on_disk(tmp_path, "HIDE7KK") == [] and on_disk(tmp_path, "HIDE8KK")
     assert log.count("user_id = 'u'") == 299
+    # Nor in the indexes: the B-trees are rebuilt, the vector index dropped until maintenance.
+    assert on_disk(tmp_path, "session-7-SID") == [] and on_disk(tmp_path, records[7].id) == []
+    assert on_disk(tmp_path, "session-8-SID") and log.needs_vector_index()
+    log.maintain()
+    assert not log.needs_vector_index()
+    assert log.vector_search("u", vectors[8], 1)[0][0] == records[8].id
 
 
 def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -408,6 +408,8 @@ class MemoryStore:
     def _finish_delete(self, user_id: str) -> None:
         with self._maintenance_lock:  # dropping old versions must not race a compaction
             self.log.purge()
+        if self.log.needs_vector_index():  # the purge dropped it, with the deleted rows' vectors
+            self._maintain_in_background()
         self.graph.checkpoint()
         self.catalogs.invalidate(user_id)
         self._ledgers.pop(user_id, None)
