@@ -564,8 +564,9 @@ class LanceLog:
         """
         if self._table is None:
             return []
-        query = self._table.search().where(f"user_id = {sql_str(user_id)}").select(["entities"]).limit(None)
-        flat = pc.list_flatten(query.to_arrow().column("entities"))
+        query = self._table.search().where(f"user_id = {sql_str(user_id)}").select(["seq", "entities"]).limit(None)
+        data = query.to_arrow().sort_by("seq")  # write order, whatever a purge's rewrite did to the file order
+        flat = pc.list_flatten(data.column("entities"))
         if len(flat) == 0:
             return []
         flat = pa.concat_arrays(flat.chunks) if isinstance(flat, pa.ChunkedArray) else flat
