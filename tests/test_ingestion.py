@@ -85,6 +85,15 @@ def test_forgetting_what_replaced_a_fact_makes_it_current_again(service: MemoryS
     assert "I live in Lyon" in [i.text for i in found.items]
 
 
+def test_being_one_thing_does_not_replace_being_another(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="I'm a shooting guard for the team", speaker="John",
+                                         occurred_at=SAID)], user_id="u", session_id="s1")  # fmt: skip
+    service.remember(messages=[MessageIn(content="I'm a total movie fan", speaker="John")], user_id="u",
+                     session_id="s2")  # fmt: skip
+    facts = facts_of(service, "u")
+    assert len(facts) == 2 and not any(f["superseded_by"] for f in facts)
+
+
 def test_a_message_stays_current_while_any_fact_read_from_it_is(service: MemoryService) -> None:
     service.remember(messages=[MessageIn(content="I live in Lyon and I love sailing", speaker="Zoe",
                                          occurred_at=SAID)], user_id="u", session_id="s1")  # fmt: skip

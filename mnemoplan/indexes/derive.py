@@ -89,8 +89,11 @@ def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetim
 
 
 # Predicates that hold one value at a time: a new object replaces the old one.
+# Predicates with one value at a time: a new value replaces the old. Not a bare "is": "John is
+# a shooting guard" and "John is a total movie fan" are both true (LoCoMo had exactly those two
+# replacing each other).
 FUNCTIONAL_PREDICATES = frozenset(
-    {"is", "lives in", "moved to", "works at", "works as", "is from", "is married to", "is named", "studies"}
+    {"lives in", "moved to", "works at", "works as", "is from", "is married to", "is named", "studies"}
 )
 
 
