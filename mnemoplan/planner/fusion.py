@@ -63,13 +63,13 @@ def fuse(
     """
     weights = weights or {}
     cands: dict[str, Candidate] = {}
-    found: dict[str, set[str]] = {}
+    found: dict[str, dict[str, float]] = {}  # step id -> what it found (its scores)
     intersections: list[set[str]] = []
     joins: list[tuple[StepResult, dict[str, float], set[str]]] = []  # (step, scores, the steps before it)
     for result in results:
         step = result.step
         contrib = _contributions(result, strategy, modes)
-        found[step.step_id] = set(contrib)
+        found[step.step_id] = contrib
         if step.combine == "intersect" and strategy != "sequential_filter":
             joins.append((result, contrib, set(found) - {step.step_id}))  # applied once every step has added
             continue
@@ -78,7 +78,7 @@ def fuse(
             intersections.append(set(contrib))
     for result, contrib, before in joins:
         deps = set(result.step.depends_on) or before
-        for rid in set().union(*(found.get(d, set()) for d in deps)) - set(contrib):
+        for rid in set().union(*(found.get(d, {}).keys() for d in deps)) - contrib.keys():
             cand = cands.get(rid)
             if cand is not None and set(cand.provenance) <= deps:  # found by no step outside the join
                 del cands[rid]
