@@ -124,16 +124,25 @@ class FactDecision:
 _SLOT = {"moved to": "lives in"}
 
 
+def _third_person(verb: str) -> str:
+    if not verb:
+        return verb
+    if verb.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if verb.endswith("y") and len(verb) > 1 and verb[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
 def base_predicate(predicate: str) -> str:
     """``does not like`` -> ``likes``, ``moved to`` -> ``lives in``; others unchanged."""
     predicate = _SLOT.get(predicate, predicate)
     words = predicate.split()
     if words[:2] in (["does", "not"], ["is", "not"], ["has", "not"]):
         rest = " ".join(words[2:])
-        if words[0] == "does":  # "does not live in" -> "lives in"
+        if words[0] == "does":  # "does not live in" -> "lives in", "does not study" -> "studies"
             verb, *more = rest.split() or [""]
-            verb += "s" if verb and not verb.endswith("s") else ""
-            return _SLOT.get(" ".join([verb, *more]), " ".join([verb, *more]))
+            return _SLOT.get(" ".join([_third_person(verb), *more]), " ".join([_third_person(verb), *more]))
         return f"{words[0]} {rest}".strip()
     return predicate
 
@@ -158,6 +167,9 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
             return FactDecision(store=False, reinforce=old.id)
         if same_pred and old.negated != bool(meta.get("negated")) and old.object.lower() == str(meta["object"]).lower():
             return FactDecision(store=True, contradicts=old.id)
-        if same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated:
+        negated, same_object = bool(meta.get("negated")), old.object.lower() == str(meta["object"]).lower()
+        # A new value replaces the old one; "I don't live in Paris" or "I live in Porto" after
+        # "I moved to Porto" replace nothing.
+        if same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated and not negated and not same_object:
             return FactDecision(store=True, supersede=old.id)
     return FactDecision(store=True)
