@@ -373,18 +373,41 @@ class MemoryStore:
             for rid in ids:
                 self._accesses.pop(rid, None)
                 self._mention_counts.pop(rid, None)
+        user = f"user_id = {sql_str(user_id)}"
+        replaced_by = {r["id"]: r["superseded_by"] for r in self.log.select(f"{user} AND {sql_in('id', ids)}",
+                                                                           ["id", "superseded_by"])}  # fmt: skip
         report.per_store["log"] = self.log.delete(ids, user_id)
-        # What the deleted records had replaced is current again: forgetting "I moved to
-        # Bergen" leaves Oslo as where the user lives.
-        for row in self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('superseded_by', ids)}", ["id"]):
-            self.log.set_superseded(row["id"], "", None, user_id)
-            self.graph.close_relation(row["id"], None)
+        self._reopen(user_id, gone, replaced_by)
         report.per_store["graph"] = self.graph.delete(ids)
         report.per_store["bm25"] = self.bm25.delete(user_id, ids)
         if successors:
             self._recontext(user_id, successors, prev_of, gone)
         self.rebuild_bm25(user_id)  # the only way to get deleted terms out of Tantivy's segments
         self._finish_delete(user_id)
+
+    def _reopen(self, user_id: str, gone: set[str], replaced_by: dict[str, str]) -> None:
+        """What deleted records had replaced: pointed at what replaced them in turn, else current
+        again (forgetting "I moved to Bergen" leaves Oslo as where the user lives), and then
+        so are the messages the reopened facts were read from."""
+        user = f"user_id = {sql_str(user_id)}"
+        rows = self.log.select(f"{user} AND {sql_in('superseded_by', sorted(gone))}",
+                               ["id", "kind", "superseded_by", "valid_to", "derived_from"])  # fmt: skip
+        sources: set[str] = set()
+        for row in rows:
+            after, seen = row["superseded_by"], set()
+            while after in gone and after not in seen:  # Lyon -> Porto (forgotten) -> Paris
+                seen.add(after)
+                after = replaced_by.get(after, "")
+            if after and after not in gone:
+                self.log.set_superseded(row["id"], after, row["valid_to"], user_id)
+                continue
+            self.log.set_superseded(row["id"], "", None, user_id)
+            self.graph.close_relation(row["id"], None)
+            if row["kind"] == "fact":
+                sources.update(s for s in row["derived_from"] or [] if s not in gone)
+        if sources:
+            for row in self.log.select(f"{user} AND superseded_by != '' AND {sql_in('id', sorted(sources))}", ["id"]):
+                self.log.set_superseded(row["id"], "", None, user_id)
 
     def _recontext(self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]) -> None:
         """Point each successor at the nearest surviving earlier turn and recompute its vector."""
@@ -408,8 +431,6 @@ class MemoryStore:
     def _finish_delete(self, user_id: str) -> None:
         with self._maintenance_lock:  # dropping old versions must not race a compaction
             self.log.purge()
-        if self.log.needs_vector_index():  # the purge dropped it, with the deleted rows' vectors
-            self._maintain_in_background()
         self.graph.checkpoint()
         self.catalogs.invalidate(user_id)
         self._ledgers.pop(user_id, None)
@@ -517,9 +538,10 @@ class MemoryStore:
     def maintain_if_fragmented(self, threshold: int = FRAGMENTS_TO_COMPACT) -> bool:
         """Compact in the background when a previous run left many small fragments (a server that
         stored messages one by one and stopped before its next compaction): every read of the log
-        slows with them (a by-id read of 60 records: 68 ms at 154 fragments, 12 ms compacted)."""
-        if self.log.fragments_to_compact() < threshold:
-            return False
+        slows with them (a by-id read of 60 records: 68 ms at 154 fragments, 12 ms compacted).
+        Also when a purge left the log without the vector index it should have."""
+        if self.log.fragments_to_compact() < threshold and not self.log.needs_vector_index():
+            return False  # (a purge drops the vector index; the next maintenance builds it again)
         self._maintain_in_background()
         return True
 

@@ -135,7 +135,9 @@ class RecallOptions(BaseModel):
     context_propagation: float | None = Field(
         None, ge=0.0, le=1.0, description="Share of a neighbouring turn's score a turn inherits."
     )
-    current_only: bool = Field(False, description="Leave out facts a newer fact superseded.")
+    current_only: bool = Field(
+        False, description="Leave out facts a newer fact superseded, and messages all of whose facts were."
+    )
     kinds: list[Literal["message", "fact", "procedure", "episode"]] | None = Field(
         None, description="Kinds of memory to rank (default: message, fact, procedure)."
     )

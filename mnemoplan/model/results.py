@@ -38,7 +38,9 @@ class MemoryItem(BaseModel):
     provenance: list[str] = Field(default_factory=list, description="Indexes or plan steps that found it.")
     derived_from: list[str] = Field(default_factory=list, description="Source records of a derived memory.")
     source_ids: list[str] = Field(default_factory=list, description="Host ids of the source messages.")
-    current: bool = Field(True, description="False for a fact that a newer one superseded.")
+    current: bool = Field(
+        True, description="False for a fact a newer one superseded, or a message all of whose facts were."
+    )
     access_count: int = Field(0, description="How often searches returned it before (counts land at upkeep).")
 
 
