@@ -419,9 +419,10 @@ class LanceLog:
             for table, key in ((self._table, "id"), (self._keys, "user_id")):
                 if table is None:
                     continue
-                for fragment in sorted(self._to_rewrite.get(table.name, ())):
+                rewrite = sorted(self._to_rewrite.get(table.name, ()))
+                for fragment in rewrite:
                     self._rewrite_fragment(table, key, fragment)
-                if table is self._table:
+                if table is self._table and rewrite:
                     self._drop_index_copies()
                 table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
             self._to_rewrite.clear()
@@ -431,7 +432,8 @@ class LanceLog:
         """Indexes keep their own copies of what they index: the ids and session ids of deleted
         rows stayed in the B-tree pages, their vectors in the vector index. The B-trees are
         rebuilt (0.13 s for seven of them at 100k rows); the vector index (55 s to build there)
-        is dropped, for ``maintain`` to build again; meanwhile vector search scans exactly."""
+        is dropped, for the next ``maintain`` (after more writes, or at start) to build again.
+        Meanwhile vector search scans exactly; it only serves users too large to hold in memory."""
         names = {idx.name for idx in self._table.list_indices()}
         for column in _SCALAR_COLUMNS:
             if f"{column}_idx" in names:
