@@ -193,6 +193,8 @@ def test_an_intersect_step_keeps_what_it_and_its_dependencies_both_found() -> No
         assert fused["r2"].provenance == ["a", "b"]
     alone = ran("b", "semantic", "r2 r4", combine="intersect")  # no dependency: every step before it
     assert set(fuse([a, alone], "rrf", modes={})) == {"r2"}
+    rescored = ran("f", "token_match", "r1 r2", combine="filter_by")  # re-scores, adds nothing: no rescue
+    assert set(fuse([a, rescored, b], "weighted_union", modes={})) == {"r2", "r3"}
 
 
 def test_rules_replan_when_key_terms_are_missing(service: MemoryService) -> None:

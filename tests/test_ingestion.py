@@ -94,6 +94,37 @@ def test_being_one_thing_does_not_replace_being_another(service: MemoryService) 
     assert len(facts) == 2 and not any(f["superseded_by"] for f in facts)
 
 
+def test_a_denial_or_the_same_place_again_replaces_nothing(service: MemoryService) -> None:
+    for i, text in enumerate(["I live in Lyon", "I don't live in Paris", "I moved to Porto", "I live in Porto"]):
+        service.remember(messages=[MessageIn(content=text, speaker="Zoe")], user_id="u", session_id=f"s{i}")
+    replaced = {f["text"].split(" in the week")[0]: bool(f["superseded_by"]) for f in facts_of(service, "u")}
+    assert [t for t, gone in replaced.items() if gone] == [next(t for t in replaced if "Lyon" in t)]
+    said = service.store.log.select("user_id = 'u' AND kind = 'message'", ["text", "superseded_by"])
+    assert {r["text"] for r in said if r["superseded_by"]} == {"I live in Lyon"}
+
+
+def test_forgetting_the_middle_of_a_chain_points_the_first_at_the_last(service: MemoryService) -> None:
+    ids = [service.remember(messages=[MessageIn(content=f"I live in {city}", speaker="Zoe")], user_id="u",
+                            session_id=f"s{i}").ids[0] for i, city in enumerate(["Lyon", "Porto", "Paris"])]  # fmt: skip
+    service.forget(ids=[ids[1]], user_id="u")
+    rows = {r["text"]: r for r in service.store.log.select("user_id = 'u'", ["id", "text", "superseded_by"])}
+    paris_fact = next(r["id"] for t, r in rows.items() if "Paris" in t and t != "I live in Paris")
+    assert rows["I live in Lyon"]["superseded_by"] == paris_fact and not rows["I live in Paris"]["superseded_by"]
+    current = [f for f in facts_of(service, "u") if not f["superseded_by"]]
+    assert len(current) == 1 and "Paris" in current[0]["text"]
+
+
+def test_a_message_reopens_with_any_of_its_facts(service: MemoryService) -> None:
+    first = service.remember(messages=[MessageIn(content="I live in Lyon and I work at Google", speaker="Zoe")],
+                             user_id="u", session_id="s1").ids[0]  # fmt: skip
+    moved = service.remember(messages=[MessageIn(content="I live in Porto", speaker="Zoe")], user_id="u",
+                             session_id="s2").ids  # fmt: skip
+    service.remember(messages=[MessageIn(content="I work at Apple", speaker="Zoe")], user_id="u", session_id="s3")
+    assert service.store.log.get("u", [first])[first].superseded_by  # both its facts replaced
+    service.forget(ids=moved, user_id="u")
+    assert not service.store.log.get("u", [first])[first].superseded_by  # Lyon is where she lives again
+
+
 def test_a_message_stays_current_while_any_fact_read_from_it_is(service: MemoryService) -> None:
     service.remember(messages=[MessageIn(content="I live in Lyon and I love sailing", speaker="Zoe",
                                          occurred_at=SAID)], user_id="u", session_id="s1")  # fmt: skip

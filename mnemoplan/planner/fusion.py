@@ -64,6 +64,7 @@ def fuse(
     weights = weights or {}
     cands: dict[str, Candidate] = {}
     found: dict[str, dict[str, float]] = {}  # step id -> what it found (its scores)
+    adders = {r.step.step_id: r.step.combine == "union" for r in results}  # steps that add records
     intersections: list[set[str]] = []
     joins: list[tuple[StepResult, dict[str, float], set[str]]] = []  # (step, scores, the steps before it)
     for result in results:
@@ -80,8 +81,8 @@ def fuse(
         deps = set(result.step.depends_on) or before
         for rid in set().union(*(found.get(d, {}).keys() for d in deps)) - contrib.keys():
             cand = cands.get(rid)
-            if cand is not None and set(cand.provenance) <= deps:  # found by no step outside the join
-                del cands[rid]
+            if cand is not None and not any(adders.get(p) for p in cand.provenance if p not in deps):
+                del cands[rid]  # no step outside the join added it (a filter_by only re-scores)
         _add(cands, result, contrib, weights, new=False)
     for keep in intersections:
         cands = {rid: c for rid, c in cands.items() if rid in keep}

@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _json_chars(value: Any) -> int:
+    """Characters of ``value`` as stored JSON (not counting escapes of non-ASCII text)."""
+    return len(json.dumps(value, default=str, ensure_ascii=False))
+
+
 @dataclass(frozen=True)
 class Limits:
     """Input limits the service enforces (from Settings)."""
@@ -186,9 +191,10 @@ class MemoryService:
 
             text = check_text(msg.content, what=f"{at}content", max_chars=self.limits.max_text_chars)
             extra = {**(metadata or {}), **(msg.metadata or {})}
-            if len(json.dumps(extra, default=str, ensure_ascii=False)) > self.limits.max_metadata_chars:
+            if _json_chars(extra) > self.limits.max_metadata_chars:
+                own = msg.metadata is not None and _json_chars(msg.metadata) > self.limits.max_metadata_chars
                 raise TooLarge(
-                    f"{sent('metadata', msg.metadata)} is over {self.limits.max_metadata_chars} characters as JSON.",
+                    f"{sent('metadata', own)} is over {self.limits.max_metadata_chars} characters as JSON.",
                     hint="Keep metadata to small tags and ids; store text as content.",
                 )
             memories.append(
