@@ -7,12 +7,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 
 from mnemoplan.model import IndexDescriptor, ParamSpec, QueryAnalysis
-from mnemoplan.model.records import Kind
+from mnemoplan.model.records import KINDS
 
 # The most records one step may ask for: a larger list costs its index memory and time
 # (Tantivy reserves room for the whole list up front) and no ranking looks that deep.
@@ -38,7 +38,7 @@ def query_param(what: str) -> ParamSpec:
 def kinds_param(kinds: str = "") -> ParamSpec:
     """The optional ``kinds`` filter (``kinds``: those the index holds, e.g. "message, fact";
     by default every kind)."""
-    held = [k.strip() for k in kinds.split(",") if k.strip()] or list(get_args(Kind))
+    held = [k.strip() for k in kinds.split(",") if k.strip()] or list(KINDS)
     return ParamSpec(name="kinds", type="string_list", description=f"Only these kinds{f' ({kinds})' if kinds else ''}.",
                      choices=held)  # fmt: skip
 

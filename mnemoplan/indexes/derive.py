@@ -88,7 +88,6 @@ def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetim
     )
 
 
-# Predicates that hold one value at a time: a new object replaces the old one.
 # Predicates with one value at a time: a new value replaces the old. Not a bare "is": "John is
 # a shooting guard" and "John is a total movie fan" are both true (LoCoMo had exactly those two
 # replacing each other).
@@ -136,15 +135,15 @@ def _third_person(verb: str) -> str:
 
 def base_predicate(predicate: str) -> str:
     """``does not like`` -> ``likes``, ``moved to`` -> ``lives in``; others unchanged."""
-    predicate = _SLOT.get(predicate, predicate)
     words = predicate.split()
     if words[:2] in (["does", "not"], ["is", "not"], ["has", "not"]):
-        rest = " ".join(words[2:])
+        rest = words[2:]
         if words[0] == "does":  # "does not live in" -> "lives in", "does not study" -> "studies"
-            verb, *more = rest.split() or [""]
-            return _SLOT.get(" ".join([_third_person(verb), *more]), " ".join([_third_person(verb), *more]))
-        return f"{words[0]} {rest}".strip()
-    return predicate
+            rest = [_third_person(rest[0]), *rest[1:]] if rest else []
+        else:
+            rest = [words[0], *rest]
+        predicate = " ".join(rest)
+    return _SLOT.get(predicate, predicate)
 
 
 def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity: float) -> FactDecision:
@@ -158,16 +157,17 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
     meta = fact.metadata
     subject = next((m.key for m in fact.entities if m.role == "subject"), "")
     pred = base_predicate(str(meta.get("predicate", "")))
+    negated = bool(meta.get("negated"))
     for old in known:
         if old.subject_key != subject:
             continue
         sim = float(np.dot(vector, old.vector))
         same_pred = base_predicate(old.predicate) == pred
-        if sim >= similarity and old.negated == bool(meta.get("negated")):
+        same_object = old.object.lower() == str(meta["object"]).lower()
+        if sim >= similarity and old.negated == negated:
             return FactDecision(store=False, reinforce=old.id)
-        if same_pred and old.negated != bool(meta.get("negated")) and old.object.lower() == str(meta["object"]).lower():
+        if same_pred and old.negated != negated and same_object:
             return FactDecision(store=True, contradicts=old.id)
-        negated, same_object = bool(meta.get("negated")), old.object.lower() == str(meta["object"]).lower()
         # A new value replaces the old one; "I don't live in Paris" or "I live in Porto" after
         # "I moved to Porto" replace nothing.
         if same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated and not negated and not same_object:

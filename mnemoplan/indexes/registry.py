@@ -25,7 +25,7 @@ def _num(bound: float) -> str:
 
 
 def _check_choices(spec: ParamSpec, values: list[str], where: str) -> None:
-    bad = [v for v in values if spec.choices is not None and v not in spec.choices]
+    bad = [v for v in values if v not in spec.choices] if spec.choices is not None else []
     if bad:
         raise InvalidPlan(
             f"{where}: parameter {spec.name!r} does not take {', '.join(map(repr, bad))[:80]}.",

@@ -361,21 +361,15 @@ class MemoryStore:
     def _delete_now(self, user_id: str, report: DeleteReport) -> None:
         ids = report.ids
         gone = set(ids)
-        successors = [
-            r for r in self.log.records(f"user_id = {sql_str(user_id)} AND {sql_in('prev_id', ids)}")
-            if r.id not in gone
-        ]
-        prev_of = {
-            row["id"]: row["prev_id"]
-            for row in self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}", ["id", "prev_id"])
-        }
+        user = f"user_id = {sql_str(user_id)}"
+        successors = [r for r in self.log.records(f"{user} AND {sql_in('prev_id', ids)}") if r.id not in gone]
+        deleted = self.log.select(f"{user} AND {sql_in('id', ids)}", ["id", "prev_id", "superseded_by"])
+        prev_of = {row["id"]: row["prev_id"] for row in deleted}
+        replaced_by = {row["id"]: row["superseded_by"] for row in deleted}
         with self._counts_lock:
             for rid in ids:
                 self._accesses.pop(rid, None)
                 self._mention_counts.pop(rid, None)
-        user = f"user_id = {sql_str(user_id)}"
-        replaced_by = {r["id"]: r["superseded_by"] for r in self.log.select(f"{user} AND {sql_in('id', ids)}",
-                                                                           ["id", "superseded_by"])}  # fmt: skip
         report.per_store["log"] = self.log.delete(ids, user_id)
         self._reopen(user_id, gone, replaced_by)
         report.per_store["graph"] = self.graph.delete(ids)

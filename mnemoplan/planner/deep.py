@@ -49,8 +49,8 @@ Rules: use only the indexes listed (prefer available ones) and only their query_
 unique; depends_on names earlier steps, whose results become the step's upstream (graph_traversal starts
 from the entities of those records; a temporal step with dated_only keeps the dated ones); combine
 "filter_by" re-scores what other steps found without adding records, "intersect" keeps, of what the
-steps it depends on found, only what it found too. Start from deep_plan and edit it: drop steps that cannot help, add a step for a need the
-plan misses, raise top_k when recall matters more than speed. Pass the plan back as
+steps it depends on found, only what it found too. Start from deep_plan and edit it: drop steps that
+cannot help, add a step for a need the plan misses, raise top_k when recall matters more than speed. Pass the plan back as
 deep_memory_search(plan=...); it runs exactly as given (no re-planning)."""
 
 

@@ -118,9 +118,10 @@ def history_context(history: list[str], most: int = HISTORY_WORDS) -> str:
     resolve "how much?" or "her", too little to swamp the question (a 180-word reply did)."""
     picked: list[str] = []
     for turn in reversed(history[-2:]):
-        words = turn.split()[: max(0, most - sum(len(p.split()) for p in picked))]
+        words = turn.split()[:most]
         if words:
             picked.insert(0, " ".join(words))
+            most -= len(words)
     return " ".join(picked)
 
 

@@ -184,24 +184,20 @@ class MemoryService:
             )
         memories = []
         for i, msg in enumerate(messages):
-            at = "" if content is not None else f"messages[{i}]."  # name the field the caller sent
-
-            def sent(field: str, own: object) -> str:
-                return f"{at}{field}" if own else field  # the message's own, else the call's
-
+            at = "" if content is not None else f"messages[{i}]."  # errors name the field the caller sent
             text = check_text(msg.content, what=f"{at}content", max_chars=self.limits.max_text_chars)
             extra = {**(metadata or {}), **(msg.metadata or {})}
             if _json_chars(extra) > self.limits.max_metadata_chars:
                 own = msg.metadata is not None and _json_chars(msg.metadata) > self.limits.max_metadata_chars
                 raise TooLarge(
-                    f"{sent('metadata', own)} is over {self.limits.max_metadata_chars} characters as JSON.",
+                    f"{at if own else ''}metadata is over {self.limits.max_metadata_chars} characters as JSON.",
                     hint="Keep metadata to small tags and ids; store text as content.",
                 )
             memories.append(
                 NewMemory(
                     text=text,
                     kind=msg.kind or kind or "message",
-                    speaker=check_scope(msg.speaker or speaker, what=sent("speaker", msg.speaker)),
+                    speaker=check_scope(msg.speaker or speaker, what=f"{at if msg.speaker else ''}speaker"),
                     occurred_at=msg.occurred_at or occurred_at,
                     source_id=check_scope(msg.source_id, what=f"{at}source_id"),
                     metadata=extra,
