@@ -68,6 +68,7 @@ def test_each_pattern_gives_its_fact(text: str, expected: tuple[str, str, str]) 
         ("I love pottery", "Melanie", "Melanie loves pottery."),
         ("My sister is a nurse.", "Melanie's sister", "Melanie's sister is a nurse."),
         ("My kids love painting.", "Melanie's kids", "Melanie's kids love painting."),
+        ("My friend has finished the race.", "Melanie's friend", "Melanie's friend has finished the race."),  # "has": no noun
         ("Max is my dog.", "Max", "Max is Melanie's dog."),
         ("We went camping with the kids.", "Melanie", "Melanie went camping with the kids."),
         ("Adopted a kitten!", "Melanie", "Melanie adopted a kitten."),
@@ -193,7 +194,7 @@ def test_time_expressions_attach_an_interval() -> None:
     [
         ("I went to a support group yesterday.", datetime(2023, 5, 7, tzinfo=UTC), "on 7 May 2023"),
         ("Last Friday I visited my grandma.", datetime(2023, 5, 5, tzinfo=UTC), "on 5 May 2023"),
-        ("I moved to Denver in 2019.", datetime(2019, 1, 1, tzinfo=UTC), "in 2019"),
+        ("I moved to Denver in 2019.", datetime(2019, 1, 1, tzinfo=UTC), "in 2019, and lives in Denver"),
         ("I started a blog last month.", datetime(2023, 4, 1, tzinfo=UTC), "in April 2023"),
     ],
 )
@@ -243,11 +244,29 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
     got = facts("I love hiking. I love hiking! I moved to Denver. My sister is a nurse.")
     assert [f.text for f in got] == [
         "Melanie loves hiking.",
-        "Melanie moved to Denver.",
+        "Melanie moved to Denver, and lives in Denver.",
         "Melanie's sister is a nurse.",
     ]
     many = " ".join(f"I adopted a dog named Rex{i}." for i in range(12))
     assert len(facts(many)) == MAX_FACTS
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I relocated to Paris.", "Melanie relocated to Paris, and lives in Paris."),
+        ("My parents moved back to Spain in 2019.", "Melanie's parents moved back to Spain in 2019, and live in Spain."),
+        ("My best friend has moved to the Bay Area", "Melanie's best friend has moved to the Bay Area, and lives in the Bay Area."),
+        # not a person, not a place, not said for sure, not said at all
+        ("My violin lesson moved to Thursdays.", "Melanie's violin lesson moved to Thursdays."),
+        ("I moved to the night shift.", "Melanie moved to the night shift."),
+        ("Maybe I moved to Paris, not sure.", "Melanie moved to Paris."),
+        ("I never moved to Paris.", "Melanie never moved to Paris."),
+    ],
+)
+def test_a_move_says_where_one_lives_now(text: str, expected: str) -> None:
+    # "Where do I live?" must find the move by its words; the move also replaces the old place.
+    assert [f.text for f in facts(text)] == [expected]
 
 
 def test_known_names_are_trusted_as_subjects() -> None:

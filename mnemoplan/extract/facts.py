@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import MappingProxyType
 
 from mnemoplan.extract.lexicon import (
     ADJECTIVE_ENDS,
@@ -53,7 +54,7 @@ from mnemoplan.extract.lexicon import (
     VAGUE_START,
     conjugate,
 )
-from mnemoplan.extract.names import entity_key, extract_names
+from mnemoplan.extract.names import entity_key, extract_names, is_person_noun
 from mnemoplan.extract.quantities import find_quantities, is_plural_noun
 from mnemoplan.extract.times import TimeMention, find_times
 
@@ -61,6 +62,14 @@ MAX_FACTS = 5
 _MAX_CHARS, _MAX_SENTENCES, _MAX_SENTENCE_CHARS = 4000, 20, 400  # huge inputs: only their opening is read
 _MAX_OBJECT_WORDS = 12
 _CONFIDENT, _HEDGED, _WE, _GUESSED_SUBJECT = 0.9, 0.6, 0.6, 0.7
+
+# Predicates that fill the slot of another: one who moved to Bergen lives in Bergen. The fact's
+# text says the state too, so that "Where do I live?" finds the move by its words, and a new
+# value replaces the old one whichever way either was said (``derive.base_predicate``).
+SLOTS = MappingProxyType(
+    {p: "lives in" for p in ("moved to", "moved back to", "has moved to", "relocated to", "has relocated to")}
+)
+
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,21 @@ class _Subject:
     end: int  # index of the first word after the subject
 
 
+def _state(subject: _Subject, slot: str, obj: str) -> str:
+    """", and lives in Bergen": the state a slot predicate implies, agreeing with the subject.
+
+    Only for a person or people (the speaker, a name, "my sister") moving to a named place:
+    "my violin lesson moved to Thursdays" lives nowhere, nor does one who "moved to the night shift".
+    """
+    owner, _, owned = subject.display.rpartition("'s ")
+    if not slot or (owner and not is_person_noun(owned.split()[-1])) or not re.match(r"(?:the )?[A-Z]", obj):
+        return ""
+    verb, *rest = slot.split()
+    if subject.plural:
+        verb = PLURAL.get(verb) or PRESENT.get(verb, verb)
+    return f", and {' '.join((verb, *rest))} {obj}"
+
+
 @dataclass(frozen=True)
 class _Predicate:
     words: tuple[str, ...]  # third person singular: ("has", "been", "to"), ("went", "to"), ("is",)
@@ -152,7 +176,8 @@ def _parse_subject(
         for i in range(1, min(len(words), 5)):
             w = _bare(words[i])
             nxt = _bare(words[i + 1]) if i + 1 < len(words) else ""
-            if w.endswith("s") and (nxt in PRESENT or _is_verb(nxt) and nxt not in ADVERBS):
+            auxiliary = w in BE or w in HAVE or w in DO  # "my friend has moved": "has" is no noun
+            if w.endswith("s") and not auxiliary and (nxt in PRESENT or _is_verb(nxt) and nxt not in ADVERBS):
                 continue  # "my dance moves get me going": "moves" is a noun
             if i > 1 and (_is_verb(w) or w in ("never", "used")):
                 owned = " ".join(x.strip(".,!?;:") if x[:1].isupper() else _bare(x) for x in words[1:i])
@@ -420,12 +445,13 @@ def extract_facts(
             if hedged:
                 confidence = min(confidence, _HEDGED) - (0.1 if confidence < _CONFIDENT else 0.0)
             body = f"{subject.display} {pred.surface(subject.plural)} {obj}"
+            state = "" if hedged else _state(subject, SLOTS.get(pred.canonical(), ""), obj)
             fact = FactCandidate(
                 subject=subject.display,
                 predicate=pred.canonical(),
                 object=obj,
                 negated=pred.negated or pred.never,
-                text=body[:1].upper() + body[1:] + (_time_phrase(own) if own else "") + ".",
+                text=body[:1].upper() + body[1:] + (_time_phrase(own) if own else "") + state + ".",
                 confidence=round(confidence, 2),
                 subject_key=entity_key(subject.display),
                 object_key=_object_key(obj, names),

@@ -28,13 +28,13 @@ IRREGULAR = table(
     pay pays paid paid|spend spends spent spent"""
 )
 REGULAR = """like love enjoy hate adore dislike own live work study play volunteer move visit adopt start
-    join paint finish try attend earn marry celebrate receive collect raise practice open launch rescue host
+    join relocate paint finish try attend earn marry celebrate receive collect raise practice open launch rescue host
     organize graduate plant bake cook create knit listen watch perform record publish learn sign""".split()
 SPELLINGS = MappingProxyType({"travel": "travelled", "learn": "learnt", "practice": "practised"})
 PREFERENCE = words("like love enjoy hate prefer adore dislike")
 # Prepositions that belong to the verb ("lives in", "moved to", "works as"), not to its object.
 PARTICLES = table(
-    """live in with near on at|work at as for in on with|go to on for back|move to from into in back out away|
+    """live in with near on at|work at as for in on with|go to on for back|move to from into in back out away|relocate to from|
     come from|volunteer at with for|graduate from|travel to around|listen to|sign up|study at|teach at|
     take up|learn about|run into|try out"""
 )

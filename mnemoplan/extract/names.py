@@ -88,6 +88,15 @@ _RELATIONS = (
     "boyfriend|girlfriend|cousin|aunt|uncle|niece|nephew|grandma|grandmother|grandpa|grandfather|"
     "colleague|coworker|boss|neighbor|neighbour|teacher|mentor|roommate|kid|child|fiance|fiancee"
 )
+_PEOPLE = frozenset(_RELATIONS.split("|")) | {"parent", "parents", "family", "children", "folks", "grandparents"}
+
+
+def is_person_noun(word: str) -> bool:
+    """Whether a noun names a person or people by their relation: "sister", "parents", "friends"."""
+    word = word.lower()
+    return word in _PEOPLE or word.endswith("s") and word[:-1] in _PEOPLE
+
+
 _PERSON_CUE = re.compile(rf"\b(?:my|our|his|her|their)\s+(?:best\s+|old\s+|new\s+|little\s+|big\s+)?"
                          rf"(?:{_RELATIONS})s?,?\s+(?:named\s+|called\s+)?$", re.I)  # fmt: skip
 _PET_CUE = re.compile(r"\b(?:dog|puppy|pup|cat|kitten|pet|horse|bird|rabbit|hamster)s?,?\s+(?:named\s+|called\s+)?$", re.I)

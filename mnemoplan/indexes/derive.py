@@ -14,7 +14,7 @@ from datetime import datetime
 
 import numpy as np
 
-from mnemoplan.extract.facts import FactCandidate
+from mnemoplan.extract.facts import SLOTS, FactCandidate
 from mnemoplan.extract.summary import EpisodeSummary
 from mnemoplan.model import EntityMention, Record
 
@@ -92,7 +92,7 @@ def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetim
 # a shooting guard" and "John is a total movie fan" are both true (LoCoMo had exactly those two
 # replacing each other).
 FUNCTIONAL_PREDICATES = frozenset(
-    {"lives in", "moved to", "works at", "works as", "is from", "is married to", "is named", "studies"}
+    {"lives in", *SLOTS, "works at", "works as", "is from", "is married to", "is named", "studies"}
 )
 
 
@@ -119,10 +119,6 @@ class FactDecision:
     contradicts: str = ""
 
 
-# Predicates that fill the same slot as another: moving somewhere is where one lives now.
-_SLOT = {"moved to": "lives in"}
-
-
 def _third_person(verb: str) -> str:
     if not verb:
         return verb
@@ -143,7 +139,7 @@ def base_predicate(predicate: str) -> str:
         else:
             rest = [words[0], *rest]
         predicate = " ".join(rest)
-    return _SLOT.get(predicate, predicate)
+    return SLOTS.get(predicate, predicate)
 
 
 def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity: float) -> FactDecision:
