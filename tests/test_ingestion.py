@@ -67,6 +67,7 @@ def test_moving_somewhere_replaces_where_one_lives(service: MemoryService) -> No
     new = next(f for t, f in facts.items() if "Porto" in t)
     assert old["superseded_by"] == new["id"] and not new["superseded_by"]
     found = service.recall("Where does Zoe live?", user_id="u")
+    assert "Porto" in found.items[0].text  # the current place first, not the old one
     said = {i.text: i for i in found.items if i.kind == "message"}
     assert not said["I live in Lyon"].current and said["I moved to Porto in March"].current
     current = service.recall("Where does Zoe live?", user_id="u", options=RecallOptions(current_only=True))

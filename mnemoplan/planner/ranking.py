@@ -31,7 +31,9 @@ class RankingConfig:
         use_weight: Weight of past use: log(1 + access count), reaching the full weight at
             ``use_saturation`` retrievals. Off by default: no benchmark we have repeats use.
         use_saturation: Access count at which the use prior stops growing.
-        superseded_factor: Multiplier of a fact that a newer fact replaced.
+        superseded_factor: Multiplier of a record that a newer fact replaced (a fact, or the
+            message all of whose facts were). What it loses is not lost: the newer fact, when a
+            candidate, scores at least what the replaced record scored before (``to_successors``).
         list_context_factor: For a question asking for several things, the context
             propagation is scaled by this (neighbours would crowd out other answers).
         list_session_decay: For such a question, each further turn from an already
@@ -100,6 +102,22 @@ def pass_to_replies(live: dict[str, Candidate], records: Heads, share: float, re
             _add(live[reply], "reply", passed)
 
 
+def to_successors(live: dict[str, Candidate], records: Heads, before: dict[str, float], factor: float) -> None:
+    """A replaced record that matches the question well says the question is about its slot,
+    whose answer now is the fact that replaced it: that fact, when a candidate, scores at least
+    what the replaced one did before its demotion (``factor`` of it if the newer fact was
+    replaced in turn). "Where do I live?" matches "I live in Oslo" better than "I moved to
+    Bergen", and must still put Bergen first.
+    """
+    for rid, score in before.items():
+        successor = live.get(records[rid].superseded_by)
+        if successor is None:
+            continue
+        floor = score * (factor if records[successor.id].superseded_by else 1.0)
+        if floor > successor.score:
+            _add(successor, "replaces", floor - successor.score)
+
+
 def session_prior(live: dict[str, Candidate], records: Heads, config: RankingConfig) -> None:
     """Turns gain with the strength of their session among the candidates."""
     if config.session_weight <= 0:
@@ -148,6 +166,7 @@ def rank(
     next_of = replies(live, records)
     expand_context(live, records, config, next_of)
     session_prior(live, records, config)
+    replaced: dict[str, float] = {}
     for rid, cand in live.items():
         rec = records[rid]
         if config.recency_half_life_days > 0:
@@ -159,7 +178,9 @@ def rank(
             use = min(1.0, math.log1p(rec.access_count) / math.log1p(config.use_saturation))
             _add(cand, "use", config.use_weight * use)
         if rec.superseded_by:
+            replaced[rid] = cand.score
             cand.score *= config.superseded_factor
+    to_successors(live, records, replaced, config.superseded_factor)
     pass_to_replies(live, records, config.reply_share, next_of)
     ranked = sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))
     return diversify(ranked, records, config.list_session_decay) if wants_list else ranked
