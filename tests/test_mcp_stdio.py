@@ -132,6 +132,13 @@ def test_bad_inputs_are_tool_errors_with_codes(tmp_path: Path) -> None:
             assert "Traceback" not in text and ".py" not in text and "/tmp" not in text
         cjk = await call(client, "remember", content="x", user_id="carol", metadata={"note": "犬" * 3_000})
         assert cjk["stored"] == 1  # the limit counts characters, not their JSON escapes
+        # What is stored with a memory comes back with it, from both searches.
+        await call(client, "remember", content="I keep the spare key under the blue pot", user_id="erin",
+                   metadata={"source": "chat", "tags": ["home", 3]})  # fmt: skip
+        for tool in ("recall", "deep_memory_search"):
+            items = (await call(client, tool, query="where is the spare key?", user_id="erin"))["items"]
+            said = next(i for i in items if i["kind"] == "message")
+            assert said["metadata"] == {"source": "chat", "tags": ["home", 3]}
         # Query syntax is just words: a correct (possibly empty) result, never an error or a leak.
         await call(client, "remember", content="the quick brown fox", user_id="carol")
         await call(client, "remember", content="secret of dave", user_id="dave")

@@ -42,6 +42,11 @@ class MemoryItem(BaseModel):
         True, description="False for a fact a newer one superseded, or a message all of whose facts were."
     )
     access_count: int = Field(0, description="How often searches returned it before (counts land at upkeep).")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What was stored with it: the caller's metadata for a memory it stored; for a fact "
+        "read from a message, subject, predicate, object, negated, confidence and extractor.",
+    )
 
 
 class SignalStat(BaseModel):

@@ -107,6 +107,7 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
         source_ids=source_ids,
         current=not rec.superseded_by,
         access_count=rec.access_count,
+        metadata=rec.metadata,
     )
 
 
