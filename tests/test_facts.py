@@ -56,6 +56,9 @@ def triples(text: str, speaker: str = "Melanie") -> list[tuple[str, str, str]]:
         ("I visited my parents.", ("Melanie", "visited", "Melanie's parents")),
         ("I went to a concert.", ("Melanie", "went to", "a concert")),
         ("I've visited Japan twice.", ("Melanie", "has visited", "Japan twice")),
+        # names: "called" and "named" are one slot
+        ("My cat is called Miso.", ("Melanie's cat", "is named", "Miso")),
+        ("I'm named Mel.", ("Melanie", "is named", "Mel")),
     ],
 )
 def test_each_pattern_gives_its_fact(text: str, expected: tuple[str, str, str]) -> None:
@@ -174,6 +177,7 @@ def test_facts_carry_the_quantities_of_their_sentence() -> None:
         "You're amazing!",
         "I love your painting!",
         "She loves painting.",
+        "I was called into the office.",
         "",
         "   ",
     ],

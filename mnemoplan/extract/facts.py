@@ -236,6 +236,8 @@ def _parse_be(words: list[str], i: int, aux: tuple[str, ...], neg: bool, never: 
         return None
     past = aux[0] in ("was", "had")
     lowered = tuple(_bare(w) for w in words[i : i + 4])
+    if lowered[0] in ("named", "called") and i + 1 < len(words) and words[i + 1].lstrip("\"'“‘")[:1].isupper():
+        return _Predicate((*aux, "named"), True, "be", past, neg, never, i + 1)  # "my cat is called Miso"
     for state in STATES:
         if lowered[: len(state)] == state:
             return _Predicate((*aux, *state), True, "be", past, neg, never, i + len(state))
