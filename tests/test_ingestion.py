@@ -68,6 +68,8 @@ def test_moving_somewhere_replaces_where_one_lives(service: MemoryService) -> No
     assert old["superseded_by"] == new["id"] and not new["superseded_by"]
     found = service.recall("Where does Zoe live?", user_id="u")
     assert "Porto" in found.items[0].text  # the current place first, not the old one
+    lines = found.context.splitlines()
+    assert all(("(outdated)" in line) == ("Lyon" in line) for line in lines if line.startswith("- "))
     said = {i.text: i for i in found.items if i.kind == "message"}
     assert not said["I live in Lyon"].current and said["I moved to Porto in March"].current
     current = service.recall("Where does Zoe live?", user_id="u", options=RecallOptions(current_only=True))

@@ -37,10 +37,13 @@ def _clip(line: str, tokens: int) -> str:
 
 
 def _line(item: MemoryItem) -> str:
+    """``- [2024-05-08] Ola: I live in Lyon``; "(outdated)" after the date once a newer fact
+    replaced it, so that a prompt holding both the old and the new value can tell them apart."""
     date = item.occurred_at.date().isoformat()
+    outdated = "" if item.current else " (outdated)"
     who = f"{item.speaker}: " if item.speaker else ""
     text = " ".join(item.text.split())
-    return f"- [{date}] {who}{text}"
+    return f"- [{date}]{outdated} {who}{text}"
 
 
 def format_context(items: list[MemoryItem], token_budget: int) -> str:
