@@ -214,6 +214,34 @@ def test_what_counts_as_asking_is_the_same_in_memory_and_in_records() -> None:
     assert _asks(table).tolist() == [asks for *_, asks in ASKING] + [True, False]  # the log's own, on load
 
 
+def test_what_counts_as_standing_alone_is_the_same_in_memory_and_in_records() -> None:
+    import pyarrow as pa
+
+    from mnemoplan.indexes.lance_log import _alone
+    from mnemoplan.model.records import STANDALONE_WORDS, stands_alone
+
+    n = STANDALONE_WORDS
+    rows = [("message", "w " * n), ("message", " w\u00a0w " * (n // 2) + " w"), ("message", "w\tw\n" * n),
+            ("fact", "w " * (n + 1)), ("message", ""), (None, "w " * (n + 1)), ("message", None)]  # fmt: skip
+    expected = [False, False, True, False, False, False, False]
+    assert [stands_alone(k or "", t or "") for k, t in rows] == expected
+    assert _alone(pa.table({"kind": [k for k, _ in rows], "text": [t for _, t in rows]})).tolist() == expected
+
+
+def test_a_long_reply_is_found_by_its_own_words_not_by_the_turn_before_it(service: MemoryService) -> None:
+    # An assistant's long reply used to take the words, the vector and the score of the short
+    # user turn before it, and crowd the user's own turns out of the results.
+    reply = "That sounds great! Planning ahead always helps, and reviews are worth reading first. " * 8
+    ids = say(service, "s1", datetime(2024, 1, 1, tzinfo=UTC), ("user", "I'm allergic to peanuts"),
+              ("assistant", reply), ("user", "Thanks"), ("assistant", "Anything else about peanuts?"),
+              ("user", "No"))  # fmt: skip
+    found = {i.id: i for i in service.recall("peanuts allergy", user_id="u").items}
+    assert found[ids[0]].scores.get("bm25")
+    long_reply = found.get(ids[1])
+    assert long_reply is None or not {"bm25", "context"} & set(long_reply.scores)
+    assert found[ids[4]].scores.get("context")  # a short turn still takes its neighbours' score
+
+
 def test_a_question_without_its_reply_among_the_candidates_still_gives_up_its_share() -> None:
     from mnemoplan.model import Record
     from mnemoplan.planner.fusion import Candidate

@@ -4,6 +4,10 @@ A conversational turn rarely stands alone ("Yes, last Friday!" answers the turn
 before it), so a message is indexed together with the previous turn of its session:
 its BM25 text includes that turn's words, and its search vector leans towards that
 turn's embedding. Both are derived from the log alone, so rebuilds reproduce them.
+
+A long turn (an assistant's reply, most often) carries its own context, and would
+otherwise be found by the words of the short turn before it: over
+``model.STANDALONE_WORDS`` words, a message is indexed alone.
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ def spoken(rec: Record | MemoryItem) -> str:
     return f"{rec.speaker}: {rec.text}" if rec.speaker else rec.text
 
 
+def in_context(rec: Record) -> bool:
+    """Whether a record is indexed with the turn before it: a message, not a long one."""
+    return rec.kind == "message" and not rec.alone
+
+
 def bm25_doc(rec: Record, prev: Record | None) -> BM25Doc:
     """The BM25 document of a record, with its conversational context."""
     body = spoken(rec)
-    if prev is not None and rec.kind == "message":
+    if prev is not None and in_context(rec):
         body = f"{spoken(prev)}\n{body}"
     return BM25Doc(
         id=rec.id,

@@ -29,7 +29,7 @@ from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, Rec
 from mnemoplan.indexes.token_store import TokenBlock, TokenCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache, kind_code_array
 from mnemoplan.model import EntityMention, Record, RecordHead
-from mnemoplan.model.records import QUESTION_PATTERN, REQUESTING_ROLES
+from mnemoplan.model.records import QUESTION_PATTERN, REQUESTING_ROLES, STANDALONE_WORDS, WORD_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,13 @@ def _asks(data: pa.Table) -> np.ndarray:
     return pc.fill_null(asks, False).to_numpy(zero_copy_only=False).astype(bool)
 
 
+def _alone(data: pa.Table) -> np.ndarray:
+    """``Record.alone`` of each row (``model.stands_alone``), computed by pyarrow like ``_asks``."""
+    words = pc.count_substring_regex(pc.fill_null(data.column("text"), ""), WORD_PATTERN)
+    alone = pc.and_(pc.equal(data.column("kind"), "message"), pc.greater(words, STANDALONE_WORDS))
+    return pc.fill_null(alone, False).to_numpy(zero_copy_only=False).astype(bool)
+
+
 class LanceLog:
     """The record log in one LanceDB database.
 
@@ -272,7 +279,7 @@ class LanceLog:
             mine = [records[i] for i in rows]
             more = UserVectors.build(
                 [r.id for r in mine], vectors[rows], {name: [getattr(r, name) for r in mine] for name in HEAD_COLUMNS}
-                | {"asks": [r.asks for r in mine]},
+                | {"asks": [r.asks for r in mine], "alone": [r.alone for r in mine]},
             )
             self.vector_cache.extend(user_id, more)
             packed = [j for j, i in enumerate(rows) if tokens[i] is not None]  # the filter columns: the snapshot's
@@ -641,6 +648,7 @@ class LanceLog:
         data = table.limit(None).to_arrow()
         columns = _head_arrays(data)
         columns["asks"] = _asks(data)
+        columns["alone"] = _alone(data)
         entry = UserVectors.build(data.column("id").to_pylist(), _matrix(data.column("vector")), columns)
         self.vector_cache.put(user_id, entry, generation)
         return entry

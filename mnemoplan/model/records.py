@@ -23,6 +23,13 @@ QUESTION_PATTERN = "[？؟]|\\?([^A-Za-z0-9_/=&%#+-]|$)"
 # ("a gift for my sister, who loves pottery?"), not in the reply.
 REQUESTING_ROLES = ("user", "human")
 _QUESTION_RE = re.compile(QUESTION_PATTERN)
+# A message longer than this many words carries its own context: it is indexed without the
+# turn before it and inherits no neighbour's score (indexes.documents, planner.ranking). Longer
+# than 99% of LoCoMo's turns (two people chatting: median 20 words, 99th percentile 61), shorter
+# than most replies of an assistant, which the short turn before them would otherwise find.
+STANDALONE_WORDS = 80
+WORD_PATTERN = "[^ \t\n\r\f\v]+"  # read alike by Python's re and RE2 (the log's pyarrow)
+_WORD_RE = re.compile(WORD_PATTERN)
 # Scope names (user, project, session ids) are chosen by hosts; allow anything printable.
 _SCOPE_MAX = 200
 _BAD_CHARS_RE = re.compile(r"[\x00\ud800-\udfff]")
@@ -33,6 +40,11 @@ def asks_question(kind: str, speaker: str, text: str) -> bool:
     """Whether a message asks something whose answer is in the reply: a question, not spoken
     in one of the ``REQUESTING_ROLES``."""
     return kind == "message" and speaker.lower() not in REQUESTING_ROLES and _QUESTION_RE.search(text) is not None
+
+
+def stands_alone(kind: str, text: str) -> bool:
+    """Whether a message is long enough to be read without the turns around it."""
+    return kind == "message" and len(_WORD_RE.findall(text)) > STANDALONE_WORDS
 
 
 def as_utc(value: datetime) -> datetime:
@@ -201,6 +213,11 @@ class Record(BaseModel):
         """Whether this is a message that asks a question (see ``asks_question``)."""
         return asks_question(self.kind, self.speaker, self.text)
 
+    @property
+    def alone(self) -> bool:
+        """Whether this is a message long enough to stand alone (see ``stands_alone``)."""
+        return stands_alone(self.kind, self.text)
+
 
 @dataclass(frozen=True, slots=True)
 class RecordHead:
@@ -217,3 +234,4 @@ class RecordHead:
     superseded_by: str
     access_count: int = 0  # not held in memory: rankings that use it read whole records
     asks: bool = False  # a message that asks a question (see ``asks_question``)
+    alone: bool = False  # a message long enough to stand alone (see ``stands_alone``)

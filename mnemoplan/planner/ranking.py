@@ -71,11 +71,14 @@ def replies(live: dict[str, Candidate], records: Heads) -> dict[str, str]:
 def expand_context(
     live: dict[str, Candidate], records: Heads, config: RankingConfig, next_of: dict[str, str]
 ) -> None:
-    """Each turn inherits part of the best score of its neighbours in the conversation."""
+    """Each turn inherits part of the best score of its neighbours in the conversation; not a
+    turn long enough to stand alone (an assistant's long reply to the turn that matched)."""
     if config.context_propagation <= 0:
         return
     base = {rid: c.score for rid, c in live.items()}
     for rid, cand in live.items():
+        if records[rid].alone:
+            continue
         after = base.get(next_of.get(rid, ""), 0.0)
         before = base.get(records[rid].prev_id, 0.0) * config.context_backward
         bonus = config.context_propagation * max(after, before)
