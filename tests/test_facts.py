@@ -178,6 +178,7 @@ def test_facts_carry_the_quantities_of_their_sentence() -> None:
         "I love your painting!",
         "She loves painting.",
         "I was called into the office.",
+        "I was called Monday by the recruiter.",
         "",
         "   ",
     ],
@@ -261,9 +262,12 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("I relocated to Paris.", "Melanie relocated to Paris, and lives in Paris."),
         ("My parents moved back to Spain in 2019.", "Melanie's parents moved back to Spain in 2019, and live in Spain."),
         ("My best friend has moved to the Bay Area", "Melanie's best friend has moved to the Bay Area, and lives in the Bay Area."),
+        ("My parents have moved back to Spain with the dog.", "Melanie's parents have moved back to Spain with the dog, and live in Spain."),
         # not a person, not a place, not said for sure, not said at all
         ("My violin lesson moved to Thursdays.", "Melanie's violin lesson moved to Thursdays."),
         ("I moved to the night shift.", "Melanie moved to the night shift."),
+        ("I moved to my new team.", "Melanie moved to Melanie's new team."),
+        ("I moved to March.", "Melanie moved to March."),
         ("Maybe I moved to Paris, not sure.", "Melanie moved to Paris."),
         ("I never moved to Paris.", "Melanie never moved to Paris."),
     ],
@@ -271,6 +275,10 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
 def test_a_move_says_where_one_lives_now(text: str, expected: str) -> None:
     # "Where do I live?" must find the move by its words; the move also replaces the old place.
     assert [f.text for f in facts(text)] == [expected]
+
+
+def test_only_a_lowercase_us_is_the_speaker() -> None:
+    assert [f.object for f in facts("I moved to the US.")] == ["the US"]
 
 
 def test_known_names_are_trusted_as_subjects() -> None:

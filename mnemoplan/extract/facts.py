@@ -54,7 +54,7 @@ from mnemoplan.extract.lexicon import (
     VAGUE_START,
     conjugate,
 )
-from mnemoplan.extract.names import entity_key, extract_names, is_person_noun
+from mnemoplan.extract.names import entity_key, extract_names, is_name_word, is_person_noun
 from mnemoplan.extract.quantities import find_quantities, is_plural_noun
 from mnemoplan.extract.times import TimeMention, find_times
 
@@ -67,9 +67,8 @@ _CONFIDENT, _HEDGED, _WE, _GUESSED_SUBJECT = 0.9, 0.6, 0.6, 0.7
 # text says the state too, so that "Where do I live?" finds the move by its words, and a new
 # value replaces the old one whichever way either was said (``derive.base_predicate``).
 SLOTS = MappingProxyType(
-    {p: "lives in" for p in ("moved to", "moved back to", "has moved to", "relocated to", "has relocated to")}
+    {f"{has}{verb} {back}to": "lives in" for has in ("", "has ") for verb in ("moved", "relocated") for back in ("", "back ")}
 )
-
 
 
 @dataclass(frozen=True)
@@ -124,19 +123,37 @@ class _Subject:
     end: int  # index of the first word after the subject
 
 
+def _place(obj: str) -> str:
+    """The name a move's object opens with, if that is all of its start: "Paris" of "Paris with
+    Melanie's husband", "the Bay Area"; "" for "Melanie's new team", "Dr. Smith's practice",
+    "March", "the night shift"."""
+    words = obj.split()
+    lead = words[:1] if words[:1] == ["the"] else []
+    name = []
+    for word in words[len(lead) :]:
+        if not is_name_word(word) or word[-1] in ".,;:!?":
+            if word[:1].isupper() or "'" in word or "’" in word:  # "Dr.", "Smith's": not a plain name
+                return ""
+            break
+        name.append(word)
+    return " ".join(lead + name) if name else ""
+
+
 def _state(subject: _Subject, slot: str, obj: str) -> str:
     """", and lives in Bergen": the state a slot predicate implies, agreeing with the subject.
 
-    Only for a person or people (the speaker, a name, "my sister") moving to a named place:
-    "my violin lesson moved to Thursdays" lives nowhere, nor does one who "moved to the night shift".
+    Only for the speaker, a name, or someone named by relation ("my sister"), moving to a
+    named place: "my violin lesson moved to Thursdays" lives nowhere, nor does one who "moved
+    to the night shift" or "to my new team".
     """
     owner, _, owned = subject.display.rpartition("'s ")
-    if not slot or (owner and not is_person_noun(owned.split()[-1])) or not re.match(r"(?:the )?[A-Z]", obj):
+    place = _place(obj) if slot else ""
+    if not place or (owner and not is_person_noun(owned.split()[-1])):
         return ""
     verb, *rest = slot.split()
     if subject.plural:
         verb = PLURAL.get(verb) or PRESENT.get(verb, verb)
-    return f", and {' '.join((verb, *rest))} {obj}"
+    return f", and {' '.join((verb, *rest))} {place}"
 
 
 @dataclass(frozen=True)
@@ -236,7 +253,7 @@ def _parse_be(words: list[str], i: int, aux: tuple[str, ...], neg: bool, never: 
         return None
     past = aux[0] in ("was", "had")
     lowered = tuple(_bare(w) for w in words[i : i + 4])
-    if lowered[0] in ("named", "called") and i + 1 < len(words) and words[i + 1].lstrip("\"'“‘")[:1].isupper():
+    if lowered[0] in ("named", "called") and i + 1 < len(words) and is_name_word(words[i + 1]):
         return _Predicate((*aux, "named"), True, "be", past, neg, never, i + 1)  # "my cat is called Miso"
     for state in STATES:
         if lowered[: len(state)] == state:
@@ -318,7 +335,7 @@ def _clean_object(raw: str, speaker: str, mentions: list[TimeMention], pred: _Pr
         w = _bare(word)
         if words or w not in ADVERBS:
             owner = f"{speaker}'s" if w in ("my", "our", "mine") else ""
-            words.append(owner or (speaker if w in ("me", "us") and words else word))
+            words.append(owner or (speaker if word.strip(".,!?;:") in ("me", "us") and words else word))  # not "the US"
     obj, previous = " ".join(words), None
     while obj != previous:
         previous, obj = obj, re.sub(r"[^\w%$€£)'\"]+$", "", FILLER.sub("", f" {obj}").strip())

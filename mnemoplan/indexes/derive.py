@@ -88,12 +88,11 @@ def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetim
     )
 
 
-# Predicates with one value at a time: a new value replaces the old. Not a bare "is": "John is
-# a shooting guard" and "John is a total movie fan" are both true (LoCoMo had exactly those two
-# replacing each other).
-FUNCTIONAL_PREDICATES = frozenset(
-    {"lives in", *SLOTS, "works at", "works as", "is from", "is married to", "is named", "studies"}
-)
+# Predicates with one value at a time: a new value replaces the old (a move, ``SLOTS``, counts
+# as "lives in"). Not a bare "is": "John is a shooting guard" and "John is a total movie fan" are
+# both true (LoCoMo had exactly those two replacing each other). Not "is named": "my son is
+# named Tom", then "my son is named Max" are two sons.
+FUNCTIONAL_PREDICATES = frozenset({"lives in", "works at", "works as", "is from", "is married to", "studies"})
 
 
 @dataclass(frozen=True)
