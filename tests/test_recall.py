@@ -189,6 +189,33 @@ def test_a_question_passes_part_of_its_score_to_its_reply() -> None:
     assert after["other"].score == pytest.approx(0.75) and "reply" not in after["other"].scores
 
 
+def test_the_current_fact_ranks_above_what_it_replaced_through_a_chain_and_a_reply() -> None:
+    from mnemoplan.model import Record
+    from mnemoplan.planner.fusion import Candidate
+    from mnemoplan.planner.ranking import RankingConfig, rank
+
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    # Lyon -> Porto -> Paris; "Where do you live?" asked, "I live in Lyon" the reply.
+    rows = [("ask", "message", "", "", "Where do you live?"), ("lyon", "message", "ask", "porto", "I live in Lyon"),
+            ("porto", "fact", "", "paris", "Ola lives in Porto."), ("paris", "fact", "", "", "Ola lives in Paris."),
+            ("other", "message", "", "", "I like trains.")]  # fmt: skip
+    records = {rid: Record(id=rid, user_id="u", session_id="s", kind=kind, text=text, occurred_at=now,
+                           created_at=now, seq=i, prev_id=prev, superseded_by=by)
+               for i, (rid, kind, prev, by, text) in enumerate(rows)}  # fmt: skip
+    scores = {"ask": 1.0, "lyon": 1.0, "porto": 0.2, "paris": 0.3, "other": 0.6}
+    config = RankingConfig(context_propagation=0.0, session_weight=0.0, reply_share=0.2)
+    ranked = rank({rid: Candidate(rid, s) for rid, s in scores.items()}, records, config, now)
+    by_id = {c.id: c for c in ranked}
+    assert ranked[0].id == "paris" and by_id["paris"].scores["replaces"] > 0
+    assert by_id["paris"].score == pytest.approx(1.0)  # Lyon's score before its demotion
+    assert by_id["lyon"].score == pytest.approx(0.5 + 0.2)  # halved, then its question's share
+    assert by_id["porto"].score == pytest.approx(0.1) and "replaces" not in by_id["porto"].scores
+    assert by_id["other"].score == pytest.approx(0.6)
+    del records["porto"]  # a broken chain passes nothing on
+    ranked = rank({rid: Candidate(rid, s) for rid, s in scores.items() if rid != "porto"}, records, config, now)
+    assert {c.id: c.score for c in ranked}["paris"] == pytest.approx(0.3)
+
+
 ASKING = [  # (kind, speaker, text, asks)
     ("message", "Ann", "Have you been?", True), ("message", "Ann", "Really? Yes, twice.", True),
     ("message", "Ann", "Really?!", True), ("message", "Ann", "**Why?**", True), ("message", "Ann", "行く？", True),
@@ -222,8 +249,9 @@ def test_what_counts_as_standing_alone_is_the_same_in_memory_and_in_records() ->
 
     n = STANDALONE_WORDS
     rows = [("message", "w " * n), ("message", " w\u00a0w " * (n // 2) + " w"), ("message", "w\tw\n" * n),
-            ("fact", "w " * (n + 1)), ("message", ""), (None, "w " * (n + 1)), ("message", None)]  # fmt: skip
-    expected = [False, False, True, False, False, False, False]
+            ("fact", "w " * (n + 1)), ("message", ""), (None, "w " * (n + 1)), ("message", None),
+            ("message", "猫" * n), ("message", "ねこ" * n), ("message", "고양이 " * n)]  # fmt: skip
+    expected = [False, False, True, False, False, False, False, True, True, False]
     assert [stands_alone(k or "", t or "") for k, t in rows] == expected
     assert _alone(pa.table({"kind": [k for k, _ in rows], "text": [t for _, t in rows]})).tolist() == expected
 
@@ -231,15 +259,22 @@ def test_what_counts_as_standing_alone_is_the_same_in_memory_and_in_records() ->
 def test_a_long_reply_is_found_by_its_own_words_not_by_the_turn_before_it(service: MemoryService) -> None:
     # An assistant's long reply used to take the words, the vector and the score of the short
     # user turn before it, and crowd the user's own turns out of the results.
-    reply = "That sounds great! Planning ahead always helps, and reviews are worth reading first. " * 8
+    reply = ("Lovely! The harbour market opens at six. " + "Planning ahead always helps, and reviews are worth a read. " * 8
+             + "Shall I book a table at the noodle bar?")  # fmt: skip
     ids = say(service, "s1", datetime(2024, 1, 1, tzinfo=UTC), ("user", "I'm allergic to peanuts"),
-              ("assistant", reply), ("user", "Thanks"), ("assistant", "Anything else about peanuts?"),
+              ("assistant", reply), ("user", "Yes please"), ("assistant", "Anything else about peanuts?"),
               ("user", "No"))  # fmt: skip
     found = {i.id: i for i in service.recall("peanuts allergy", user_id="u").items}
     assert found[ids[0]].scores.get("bm25")
     long_reply = found.get(ids[1])
     assert long_reply is None or not {"bm25", "context"} & set(long_reply.scores)
     assert found[ids[4]].scores.get("context")  # a short turn still takes its neighbours' score
+    # The reply is found by its own words; the short turn after it by the reply's end only.
+    market = {i.id: i for i in service.recall("harbour market", user_id="u").items}
+    assert market[ids[1]].scores.get("bm25")
+    assert ids[2] not in market or "bm25" not in market[ids[2]].scores
+    booked = {i.id: i for i in service.recall("noodle bar table", user_id="u").items}
+    assert booked[ids[2]].scores.get("bm25")
 
 
 def test_a_question_without_its_reply_among_the_candidates_still_gives_up_its_share() -> None:

@@ -3,11 +3,13 @@
 A conversational turn rarely stands alone ("Yes, last Friday!" answers the turn
 before it), so a message is indexed together with the previous turn of its session:
 its BM25 text includes that turn's words, and its search vector leans towards that
-turn's embedding. Both are derived from the log alone, so rebuilds reproduce them.
+turn's embedding. The BM25 text is derived from the log alone, so rebuilds reproduce it;
+the search vector is stored in the log when the record is written.
 
 A long turn (an assistant's reply, most often) carries its own context, and would
 otherwise be found by the words of the short turn before it: over
-``model.STANDALONE_WORDS`` words, a message is indexed alone.
+``model.records.STANDALONE_WORDS`` words, a message is indexed alone; and a short turn
+after it is indexed with its end only.
 """
 
 from __future__ import annotations
@@ -32,11 +34,29 @@ def in_context(rec: Record) -> bool:
     return rec.kind == "message" and not rec.alone
 
 
+TAIL_WORDS, TAIL_CHARS = 30, 200  # of a long turn, the end a short reply after it answers
+
+
+def context_text(prev: Record) -> str:
+    """What of the turn before a message its BM25 text takes: all of a short turn; of a long
+    one, the end, where the question a "Yes." answers sits (not all of a 150-word reply)."""
+    if not prev.alone:
+        return spoken(prev)
+    tail = " ".join(prev.text.split()[-TAIL_WORDS:])[-TAIL_CHARS:]
+    return f"{prev.speaker}: {tail}" if prev.speaker else tail
+
+
+def leans_on(rec: Record, prev: Record | None) -> bool:
+    """Whether a message's vector leans towards the previous turn's: both short (a long turn's
+    embedding is about the whole of it, not the end a short reply answers)."""
+    return prev is not None and in_context(rec) and not prev.alone
+
+
 def bm25_doc(rec: Record, prev: Record | None) -> BM25Doc:
     """The BM25 document of a record, with its conversational context."""
     body = spoken(rec)
     if prev is not None and in_context(rec):
-        body = f"{spoken(prev)}\n{body}"
+        body = f"{context_text(prev)}\n{body}"
     return BM25Doc(
         id=rec.id,
         user_id=rec.user_id,

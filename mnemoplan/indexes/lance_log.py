@@ -29,7 +29,13 @@ from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, Rec
 from mnemoplan.indexes.token_store import TokenBlock, TokenCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache, kind_code_array
 from mnemoplan.model import EntityMention, Record, RecordHead
-from mnemoplan.model.records import QUESTION_PATTERN, REQUESTING_ROLES, STANDALONE_WORDS, WORD_PATTERN
+from mnemoplan.model.records import (
+    QUESTION_PATTERN,
+    REQUESTING_ROLES,
+    STANDALONE_WORDS,
+    UNSPACED_PATTERN,
+    WORD_PATTERN,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +161,8 @@ def _asks(data: pa.Table) -> np.ndarray:
 
 def _alone(data: pa.Table) -> np.ndarray:
     """``Record.alone`` of each row (``model.stands_alone``), computed by pyarrow like ``_asks``."""
-    words = pc.count_substring_regex(pc.fill_null(data.column("text"), ""), WORD_PATTERN)
+    text = pc.fill_null(data.column("text"), "")
+    words = pc.add(pc.count_substring_regex(text, WORD_PATTERN), pc.count_substring_regex(text, UNSPACED_PATTERN))
     alone = pc.and_(pc.equal(data.column("kind"), "message"), pc.greater(words, STANDALONE_WORDS))
     return pc.fill_null(alone, False).to_numpy(zero_copy_only=False).astype(bool)
 

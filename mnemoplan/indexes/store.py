@@ -21,7 +21,7 @@ import numpy as np
 from mnemoplan.errors import DataDirLocked
 from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
-from mnemoplan.indexes.documents import KeyHasher, bm25_doc, context_vector, graph_record, in_context
+from mnemoplan.indexes.documents import KeyHasher, bm25_doc, context_vector, graph_record, leans_on
 from mnemoplan.indexes.graph import GraphIndex
 from mnemoplan.indexes.journal import Intent, WriteJournal
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
@@ -205,7 +205,7 @@ class MemoryStore:
                 if rec.kind == "message":
                     prev, prev_emb = self._previous(rec)
                 rec = rec.model_copy(update={"seq": seq, "prev_id": prev.id if prev else ""})
-                vectors[i] = context_vector(embeddings[i], prev_emb if in_context(rec) else None, self.context_weight)
+                vectors[i] = context_vector(embeddings[i], prev_emb if leans_on(rec, prev) else None, self.context_weight)
                 if rec.kind == "message":
                     self._last[(rec.user_id, rec.session_id)] = (rec, embeddings[i])
                 stored.append(rec)
@@ -413,10 +413,11 @@ class MemoryStore:
             new_prev[rec.id] = prev
         wanted = [r.id for r in successors] + [p for p in new_prev.values() if p]
         emb = self.log.vectors(user_id, wanted)
+        before = self.log.get(user_id, [p for p in new_prev.values() if p])
         updates = {}
         for rec in successors:
             prev = new_prev[rec.id]
-            lean = emb.get(prev) if in_context(rec) else None
+            lean = emb.get(prev) if leans_on(rec, before.get(prev)) else None
             updates[rec.id] = (prev, context_vector(emb[rec.id], lean, self.context_weight))
         self.log.update_vectors(updates, user_id)
         keys = self.keys(user_id)

@@ -105,20 +105,26 @@ def pass_to_replies(live: dict[str, Candidate], records: Heads, share: float, re
             _add(live[reply], "reply", passed)
 
 
-def to_successors(live: dict[str, Candidate], records: Heads, before: dict[str, float], factor: float) -> None:
+def to_successors(live: dict[str, Candidate], records: Heads, before: dict[str, float]) -> None:
     """A replaced record that matches the question well says the question is about its slot,
     whose answer now is the fact that replaced it: that fact, when a candidate, scores at least
-    what the replaced one did before its demotion (``factor`` of it if the newer fact was
-    replaced in turn). "Where do I live?" matches "I live in Oslo" better than "I moved to
-    Bergen", and must still put Bergen first.
+    what any record it replaced scored, before that one's demotion (``before``) or after what
+    came later (a reply's share). Through a chain (Lyon -> Porto -> Paris) the floor is carried
+    to the current end; the records between keep their own scores. "Where do I live?" matches
+    "I live in Oslo" better than "I moved to Bergen", and must still put Bergen first.
     """
-    for rid, score in before.items():
-        successor = live.get(records[rid].superseded_by)
-        if successor is None:
+    carried: dict[str, float] = {}
+    floor: dict[str, float] = {}
+    for rid in sorted(before, key=lambda r: records[r].seq):  # older first: a chain's links in order
+        best = max(before[rid], live[rid].score, carried.get(rid, 0.0))
+        successor = records[rid].superseded_by
+        if successor not in live:
             continue
-        floor = score * (factor if records[successor.id].superseded_by else 1.0)
-        if floor > successor.score:
-            _add(successor, "replaces", floor - successor.score)
+        target = carried if successor in before else floor
+        target[successor] = max(target.get(successor, 0.0), best)
+    for rid, score in floor.items():
+        if score > live[rid].score:
+            _add(live[rid], "replaces", score - live[rid].score)
 
 
 def session_prior(live: dict[str, Candidate], records: Heads, config: RankingConfig) -> None:
@@ -183,7 +189,7 @@ def rank(
         if rec.superseded_by:
             replaced[rid] = cand.score
             cand.score *= config.superseded_factor
-    to_successors(live, records, replaced, config.superseded_factor)
     pass_to_replies(live, records, config.reply_share, next_of)
+    to_successors(live, records, replaced)
     ranked = sorted(live.values(), key=lambda c: (-c.score, -records[c.id].seq))
     return diversify(ranked, records, config.list_session_decay) if wants_list else ranked
