@@ -44,8 +44,9 @@ class MemoryItem(BaseModel):
     access_count: int = Field(0, description="How often searches returned it before (counts land at upkeep).")
     metadata: dict[str, Any] = Field(
         default_factory=dict,
-        description="What was stored with it: the caller's metadata for a memory it stored; for a fact "
-        "read from a message, subject, predicate, object, negated, confidence and extractor.",
+        description="What was stored with it: the caller's metadata for a memory it stored; for a derived "
+        "memory, what its extractor recorded (a fact's subject, predicate, object, negated, confidence; an "
+        "episode's topics, entities and sources).",
     )
 
 

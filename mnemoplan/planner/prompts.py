@@ -44,7 +44,8 @@ def item_line(item: MemoryItem) -> str:
     if len(text) > MAX_ITEM_CHARS:
         text = text[: MAX_ITEM_CHARS - 1] + "…"
     when, via = item.occurred_at.date().isoformat(), ",".join(item.provenance) or "-"
-    return f"[{item.id[:8]}] {item.kind} {when} {item.speaker or '-'} via {via}: {text}"
+    outdated = "" if item.current else " (outdated)"  # a newer fact replaced it, as in the context
+    return f"[{item.id[:8]}] {item.kind}{outdated} {when} {item.speaker or '-'} via {via}: {text}"
 
 
 def clamp(value: float) -> float:
