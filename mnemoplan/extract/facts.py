@@ -66,9 +66,10 @@ _CONFIDENT, _HEDGED, _WE, _GUESSED_SUBJECT = 0.9, 0.6, 0.6, 0.7
 # Predicates that fill the slot of another: one who moved to Bergen lives in Bergen. The fact's
 # text says the state too, so that "Where do I live?" finds the move by its words, and a new
 # value replaces the old one whichever way either was said (``derive.base_predicate``).
-SLOTS = MappingProxyType(
-    {f"{has}{verb} {back}to": "lives in" for has in ("", "has ") for verb in ("moved", "relocated") for back in ("", "back ")}
-)
+SLOTS = MappingProxyType({
+    f"{has}{verb} {back}to": "lives in"
+    for has in ("", "has ") for verb in ("moved", "relocated") for back in ("", "back ")
+})  # fmt: skip
 
 
 @dataclass(frozen=True)

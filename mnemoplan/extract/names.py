@@ -27,6 +27,8 @@ _NOT_NAMES = frozenset(
     """.split()
 )
 _WORD = r"[A-Z][\w'’\-]*"
+_CAP_SEQ = re.compile(rf"\b{_WORD}(?:\s+(?:of|de|da|del|van|von|la|le|the)?\s*{_WORD})*")
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+|\n\s*|[\"“(]\s*)$")
 
 
 def is_name_word(word: str) -> bool:
@@ -34,8 +36,6 @@ def is_name_word(word: str) -> bool:
     ("Monday", "March", "My", "Dr")."""
     word = word.strip(".,!?;:\"“”‘’()")
     return re.fullmatch(r"[A-Z][a-zA-Z-]*", word) is not None and word.lower() not in _NOT_NAMES
-_CAP_SEQ = re.compile(rf"\b{_WORD}(?:\s+(?:of|de|da|del|van|von|la|le|the)?\s*{_WORD})*")
-_SENTENCE_START = re.compile(r"(^|[.!?]\s+|\n\s*|[\"“(]\s*)$")
 
 
 def entity_key(name: str) -> str:

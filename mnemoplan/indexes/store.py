@@ -205,7 +205,8 @@ class MemoryStore:
                 if rec.kind == "message":
                     prev, prev_emb = self._previous(rec)
                 rec = rec.model_copy(update={"seq": seq, "prev_id": prev.id if prev else ""})
-                vectors[i] = context_vector(embeddings[i], prev_emb if leans_on(rec, prev) else None, self.context_weight)
+                lean = prev_emb if leans_on(rec, prev) else None
+                vectors[i] = context_vector(embeddings[i], lean, self.context_weight)
                 if rec.kind == "message":
                     self._last[(rec.user_id, rec.session_id)] = (rec, embeddings[i])
                 stored.append(rec)

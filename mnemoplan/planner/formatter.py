@@ -36,14 +36,18 @@ def _clip(line: str, tokens: int) -> str:
     return line[:lo] + "…"
 
 
+def outdated(item: MemoryItem) -> str:
+    """" (outdated)" once a newer fact replaced an item, so that a prompt holding both the old
+    and the new value can tell them apart; "" otherwise."""
+    return "" if item.current else " (outdated)"
+
+
 def _line(item: MemoryItem) -> str:
-    """``- [2024-05-08] Ola: I live in Lyon``; "(outdated)" after the date once a newer fact
-    replaced it, so that a prompt holding both the old and the new value can tell them apart."""
+    """``- [2024-05-08] Ola: I live in Lyon``, with ``outdated`` after the date."""
     date = item.occurred_at.date().isoformat()
-    outdated = "" if item.current else " (outdated)"
     who = f"{item.speaker}: " if item.speaker else ""
     text = " ".join(item.text.split())
-    return f"- [{date}]{outdated} {who}{text}"
+    return f"- [{date}]{outdated(item)} {who}{text}"
 
 
 def format_context(items: list[MemoryItem], token_budget: int) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mnemoplan.model import MemoryItem, QueryAnalysis
+from mnemoplan.planner.formatter import outdated
 
 JSON_ONLY = "Reply with one JSON object only: no prose, no code fences."
 MAX_ITEM_CHARS = 300
@@ -44,8 +45,7 @@ def item_line(item: MemoryItem) -> str:
     if len(text) > MAX_ITEM_CHARS:
         text = text[: MAX_ITEM_CHARS - 1] + "…"
     when, via = item.occurred_at.date().isoformat(), ",".join(item.provenance) or "-"
-    outdated = "" if item.current else " (outdated)"  # a newer fact replaced it, as in the context
-    return f"[{item.id[:8]}] {item.kind}{outdated} {when} {item.speaker or '-'} via {via}: {text}"
+    return f"[{item.id[:8]}] {item.kind}{outdated(item)} {when} {item.speaker or '-'} via {via}: {text}"
 
 
 def clamp(value: float) -> float:
