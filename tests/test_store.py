@@ -171,6 +171,55 @@ def test_forgotten_text_leaves_the_disk_even_from_a_large_fragment(tmp_path: Pat
         svc.close()
 
 
+def test_a_forget_waits_for_maintenance_without_holding_up_writes(tmp_path: Path) -> None:
+    """A maintenance run can take a minute (the vector index at 100k records); a forget must
+    not purge under it, but it must not keep every remember waiting either."""
+    data = tmp_path / "data"
+    svc = make_service(data)
+    try:
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
+        svc.store.wait_for_writes("u")
+        receipts = []
+        with svc.store._maintenance_lock:  # a run in progress
+            forget = threading.Thread(target=lambda: receipts.append(svc.forget(ids=[ids[0]], user_id="u")))
+            forget.start()
+            forget.join(timeout=2)
+            assert forget.is_alive()  # waiting to purge
+            writer = threading.Thread(target=say, args=(svc, "u", "s", ("Ann", "written meanwhile WHILE7KK")))
+            writer.start()
+            writer.join(timeout=60)
+            assert not writer.is_alive()
+            assert ids[0] not in {item.id for item in svc.recall("note marker", user_id="u", limit=10).items}
+        forget.join(timeout=60)
+        assert not forget.is_alive() and receipts[0].purged and receipts[0].removed == 1
+        assert on_disk(data, "HIDE0KK") == [] and on_disk(data, "HIDE1KK") and on_disk(data, "WHILE7KK")
+    finally:
+        svc.close()
+
+
+def test_a_purge_cut_short_is_done_at_the_next_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemoplan.indexes.lance_log import LanceLog
+
+    data = tmp_path / "data"
+    svc = make_service(data)
+    ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
+    svc.store.wait_for_writes("u")
+    svc.store.log.maintain()
+    with monkeypatch.context() as patch:
+        patch.setattr(LanceLog, "purge", lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
+        with pytest.raises(RuntimeError):
+            svc.forget(ids=[ids[0]], user_id="u")
+    assert svc.store.log.count("user_id = 'u'") == 4  # deleted, not yet purged
+    svc.close()
+    assert on_disk(data, "HIDE0KK")
+    svc = make_service(data)  # start-up finishes the purge, and only the purge
+    try:
+        assert on_disk(data, "HIDE0KK") == [] and svc.store.log.count("user_id = 'u'") == 4
+        assert svc.store.journal.pending() == []
+    finally:
+        svc.close()
+
+
 def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path) -> None:
     """With a vector index, compaction leaves apart the fragments an update moved rows between."""
     import numpy as np

@@ -3,7 +3,8 @@
 Before a write touches any store, an intent naming its records (ids only, never
 content) is written and synced; once every store has the change, the intent is
 removed. Intents still present at start-up are replayed: an add makes every overlay
-agree with the log for those ids, a delete is run again. Both are idempotent.
+agree with the log for those ids, a delete is run again. Both are idempotent. A delete
+done in every store leaves a purge intent until its bytes have left the disk.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Literal
 class Intent:
     """One pending write."""
 
-    op: Literal["add", "delete", "drop_user"]
+    op: Literal["add", "delete", "drop_user", "purge"]
     user_id: str
     ids: list[str] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)

@@ -39,6 +39,7 @@ class DeleteReport:
     ids: list[str] = field(default_factory=list)
     per_store: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
+    purged: bool = True  # False: the store closed before the bytes left the disk (done at next start)
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -347,7 +348,8 @@ class MemoryStore:
             report.sessions = {r.session_id for r in existing.values() if r.session_id}
             intent = self.journal.begin(Intent("delete", user_id, report.ids))
             self._delete_now(user_id, report)
-            self.journal.done(intent)
+            self._purge_later(intent)
+        report.purged = self._purge()
         return report
 
     def _with_derived(self, user_id: str, ids: list[str]) -> list[str]:
@@ -378,7 +380,7 @@ class MemoryStore:
         if successors:
             self._recontext(user_id, successors, prev_of, gone)
         self.rebuild_bm25(user_id)  # the only way to get deleted terms out of Tantivy's segments
-        self._finish_delete(user_id)
+        self._forgotten(user_id)
 
     def _reopen(self, user_id: str, gone: set[str], replaced_by: dict[str, str]) -> None:
         """What deleted records had replaced: pointed at what replaced them in turn, else current
@@ -425,13 +427,48 @@ class MemoryStore:
         assert keys is not None
         self.graph.add([graph_record(r.model_copy(update={"prev_id": new_prev[r.id]}), keys) for r in successors])
 
-    def _finish_delete(self, user_id: str) -> None:
-        with self._maintenance_lock:  # dropping old versions must not race a compaction
-            self.log.purge()
-        self.graph.checkpoint()
+    def _forgotten(self, user_id: str) -> None:
+        """Drop what the store keeps in memory of a user whose records were deleted."""
         self.catalogs.invalidate(user_id)
         self._ledgers.pop(user_id, None)
         self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
+
+    def _purge_later(self, intent: Intent) -> None:
+        """Mark a delete done in every store, its purge still to come (under the write lock).
+
+        Replaying the delete itself after a crash could delete what was written after it (a
+        user dropped, then remembering again while the purge waited); a crash now replays the
+        purge alone."""
+        self.journal.begin(Intent("purge", intent.user_id))
+        self.journal.done(intent)
+
+    def _purge(self) -> bool:
+        """Take the bytes of deleted records off the disk: the log's old copies and versions
+        (``LanceLog.purge``) and the graph's write-ahead log. Returns False if the store was
+        closed first (the purge's intent then runs it at the next start).
+
+        The purge must not race a maintenance run (dropping old versions under a compaction,
+        or an index built from rows it rewrites), and a run can take a minute (the vector index
+        at 100k records: ~55 s). So it waits for the run without the write lock, and every
+        ``remember`` goes on meanwhile; then it takes both locks, in the order ``close`` does.
+        The deleted records are out of every search already."""
+        while True:
+            with self._maintenance_lock:
+                pass
+            with self._write_lock:
+                if not self._maintenance_lock.acquire(blocking=False):
+                    continue  # another run started in between
+                try:
+                    if self._closed:
+                        return False
+                    purges = [i for i in self.journal.pending() if i.op == "purge"]
+                    self.log.purge()
+                    self.graph.checkpoint()
+                    for intent in purges:  # this purge did theirs too
+                        self.journal.done(intent)
+                    return True
+                finally:
+                    self._maintenance_lock.release()
 
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret."""
@@ -448,8 +485,9 @@ class MemoryStore:
             report.per_store["bm25"] = report.per_store["log"]
             report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
             self.log.drop_user_salt(user_id)
-            self._finish_delete(user_id)
-            self.journal.done(intent)
+            self._forgotten(user_id)
+            self._purge_later(intent)
+        report.purged = self._purge()
         return report
 
     # -- rebuild and repair --------------------------------------------------------------
@@ -486,16 +524,19 @@ class MemoryStore:
         """Replay writes a crash interrupted; returns how many intents were repaired."""
         pending = self.journal.pending()
         for intent in pending:
-            log.warning("repairing an interrupted %s of %d record(s)", intent.op, len(intent.ids))
+            log.warning("repairing an interrupted %s (%d record(s))", intent.op, len(intent.ids))
             with self._write_lock:
                 if intent.op == "drop_user":
-                    self.drop_user(intent.user_id)
+                    self.drop_user(intent.user_id)  # purges, under intents of its own
+                    self.journal.done(intent)
                 elif intent.op == "delete":
-                    report = DeleteReport(ids=list(intent.ids))
-                    self._delete_now(intent.user_id, report)
-                else:
+                    self._delete_now(intent.user_id, DeleteReport(ids=list(intent.ids)))
+                    self._purge_later(intent)
+                elif intent.op == "add":
                     self._repair_add(intent)
-                self.journal.done(intent)
+                    self.journal.done(intent)
+        if any(intent.op in ("delete", "purge") for intent in pending):
+            self._purge()  # marks every purge intent done
         return len(pending)
 
     def _repair_intent(self, intent: Intent) -> None:

@@ -351,7 +351,7 @@ class MemoryService:
             ids=report.ids[:1000],
             removed=len(report.ids),
             deleted=report.per_store,
-            purged=True,
+            purged=report.purged,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
