@@ -263,6 +263,11 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("My parents moved back to Spain in 2019.", "Melanie's parents moved back to Spain in 2019, and live in Spain."),
         ("My best friend has moved to the Bay Area", "Melanie's best friend has moved to the Bay Area, and lives in the Bay Area."),
         ("My parents have moved back to Spain with the dog.", "Melanie's parents have moved back to Spain with the dog, and live in Spain."),
+        # the last leg of a move is where one lives now, when it is a named place
+        ("I moved to Paris in 2010 and to Rome in 2015.", "Melanie moved to Paris in 2010, and lives in Rome."),
+        ("My sister moved to Oslo and then to Bergen.", "Melanie's sister moved to Oslo, and lives in Bergen."),
+        ("I moved to Paris and later to my new job.", "Melanie moved to Paris, and lives in Paris."),
+        ("I moved to Paris and went to Rome.", "Melanie moved to Paris, and lives in Paris."),
         # not a person, not a place, not said for sure, not said at all
         ("My violin lesson moved to Thursdays.", "Melanie's violin lesson moved to Thursdays."),
         ("I moved to the night shift.", "Melanie moved to the night shift."),

@@ -70,6 +70,9 @@ SLOTS = MappingProxyType({
     f"{has}{verb} {back}to": "lives in"
     for has in ("", "has ") for verb in ("moved", "relocated") for back in ("", "back ")
 })  # fmt: skip
+# A later leg of the same move, which is where one lives now: "...to Paris in 2010 and to Rome".
+_LATER_LEG = re.compile(r"(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+", re.I)
+_CLAUSE_END = re.compile(r"[,;:!?]|\.(?:\s+[a-z]|\s*$)")  # not the dot of "St. Louis"
 
 
 @dataclass(frozen=True)
@@ -140,15 +143,17 @@ def _place(obj: str) -> str:
     return " ".join(lead + name) if name else ""
 
 
-def _state(subject: _Subject, slot: str, obj: str) -> str:
+def _state(subject: _Subject, slot: str, obj: str, after: str = "") -> str:
     """", and lives in Bergen": the state a slot predicate implies, agreeing with the subject.
 
     Only for the speaker, a name, or someone named by relation ("my sister"), moving to a
     named place: "my violin lesson moved to Thursdays" lives nowhere, nor does one who "moved
-    to the night shift" or "to my new team".
+    to the night shift" or "to my new team". The place is the last leg's when the rest of the
+    sentence (``after``) goes on to another: "...to Paris in 2010 and then to Rome".
     """
     owner, _, owned = subject.display.rpartition("'s ")
-    place = _place(obj) if slot else ""
+    legs = [_place(_CLAUSE_END.split(after[leg.end() :])[0]) for leg in _LATER_LEG.finditer(after)] if slot else []
+    place = next((p for p in reversed(legs) if p), "") or (_place(obj) if slot else "")
     if not place or (owner and not is_person_noun(owned.split()[-1])):
         return ""
     verb, *rest = slot.split()
@@ -465,7 +470,7 @@ def extract_facts(
             if hedged:
                 confidence = min(confidence, _HEDGED) - (0.1 if confidence < _CONFIDENT else 0.0)
             body = f"{subject.display} {pred.surface(subject.plural)} {obj}"
-            state = "" if hedged else _state(subject, SLOTS.get(pred.canonical(), ""), obj)
+            state = "" if hedged else _state(subject, SLOTS.get(pred.canonical(), ""), obj, sentence[end:])
             fact = FactCandidate(
                 subject=subject.display,
                 predicate=pred.canonical(),
