@@ -347,3 +347,11 @@ def test_a_record_forgotten_between_ranking_and_reading_makes_room_for_the_next(
     finally:
         log.get = real  # type: ignore[method-assign]
     assert after[:2] == before[1:] and len(after) == 3
+
+
+def test_an_items_metadata_is_the_callers_own_copy(service: MemoryService) -> None:
+    msg = MessageIn(content="I keep bees on the roof", speaker="Ann", metadata={"tags": ["hobby"]})
+    service.remember(messages=[msg], user_id="u", session_id="s")
+    first = service.recall("bees on the roof", user_id="u").items[0]
+    first.metadata["tags"].append("edited")
+    assert service.recall("bees on the roof", user_id="u").items[0].metadata == {"tags": ["hobby"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -107,7 +108,7 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
         source_ids=source_ids,
         current=not rec.superseded_by,
         access_count=rec.access_count,
-        metadata=rec.metadata,
+        metadata=copy.deepcopy(rec.metadata),  # the record may be the cache's: a caller's edits stay theirs
     )
 
 
