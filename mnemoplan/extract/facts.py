@@ -71,7 +71,9 @@ SLOTS = MappingProxyType({
     for has in ("", "has ") for verb in ("moved", "relocated") for back in ("", "back ")
 })  # fmt: skip
 # A later leg of the same move, which is where one lives now: "...to Paris in 2010 and to Rome".
-_LATER_LEG = re.compile(r"(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+", re.I)
+_LATER_LEG = re.compile(
+    r"(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+", re.I
+)
 _CLAUSE_END = re.compile(r"[,;:!?]|\.(?:\s+[a-z]|\s*$)")  # not the dot of "St. Louis"
 
 
