@@ -106,6 +106,17 @@ def test_a_denial_or_the_same_place_again_replaces_nothing(service: MemoryServic
     assert {r["text"] for r in said if r["superseded_by"]} == {"I live in Lyon"}
 
 
+def test_a_hedged_move_does_not_replace_a_place_said_for_sure(service: MemoryService) -> None:
+    texts = ["I live in Lyon", "I think I moved to Porto, not sure", "We moved to Paris"]
+    for i, text in enumerate(texts):
+        service.remember(messages=[MessageIn(content=text, speaker="Zoe")], user_id="u", session_id=f"s{i}")
+    facts = {f["text"].split(",")[0].rstrip("."): f for f in facts_of(service, "u")}
+    paris = facts["Zoe moved to Paris"]
+    # The hedge left Lyon current; the move said for sure ("we" includes the speaker) replaces both.
+    assert facts["Zoe lives in Lyon"]["superseded_by"] == facts["Zoe moved to Porto"]["superseded_by"] == paris["id"]
+    assert not paris["superseded_by"]
+
+
 def test_forgetting_the_middle_of_a_chain_points_the_first_at_the_last(service: MemoryService) -> None:
     ids = [service.remember(messages=[MessageIn(content=f"I live in {city}", speaker="Zoe")], user_id="u",
                             session_id=f"s{i}").ids[0] for i, city in enumerate(["Lyon", "Porto", "Paris"])]  # fmt: skip

@@ -91,6 +91,7 @@ class FactCandidate:
     object_key: str  # the key of a name in the object, or of a short noun phrase; "" otherwise
     when: tuple[datetime, datetime] | None  # [start, end) of the time the clause mentions
     quantities: tuple[str, ...]  # money, counts and durations in the sentence
+    hedged: bool = False  # "maybe", "I think": it replaces no fact said for sure
 
 
 def _bare(word: str) -> str:
@@ -484,6 +485,7 @@ def extract_facts(
                 object_key=_object_key(obj, names),
                 when=(min(t.start for t in own), max(t.end for t in own)) if own else None,
                 quantities=quantities,
+                hedged=hedged,
             )
             facts.setdefault((fact.subject_key, fact.predicate, obj.lower(), fact.negated), fact)
         if len(facts) >= MAX_FACTS:

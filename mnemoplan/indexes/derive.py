@@ -51,6 +51,7 @@ def fact_record(message: Record, fact: FactCandidate, *, extractor: str = "rules
             "confidence": fact.confidence,
             "quantities": list(fact.quantities),
             "extractor": extractor,
+            **({"hedged": True} if fact.hedged else {}),
         },
         importance=round(FACT_IMPORTANCE * (0.5 + fact.confidence / 2), 3),
         entities=entities,
@@ -106,6 +107,7 @@ class KnownFact:
     negated: bool
     vector: np.ndarray
     mentions: int = 1
+    hedged: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class FactDecision:
 
     store: bool
     reinforce: str = ""
-    supersede: str = ""
+    supersede: tuple[str, ...] = ()
     contradicts: str = ""
 
 
@@ -147,12 +149,15 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
     - same claim (near-identical vector, same polarity): reinforce the old fact, store nothing;
     - same subject and base predicate, opposite polarity, same object: a contradiction,
       stored and flagged, the old one kept;
-    - a functional predicate (lives in, works at, ...) with a new object: supersede the old.
+    - a functional predicate (lives in, works at, ...) with a new object: supersede the old,
+      unless the new one is hedged and the old one is not ("I think I moved to Porto" leaves
+      where one lives as it was; a move said for sure then replaces both).
     """
     meta = fact.metadata
     subject = next((m.key for m in fact.entities if m.role == "subject"), "")
     pred = base_predicate(str(meta.get("predicate", "")))
     negated = bool(meta.get("negated"))
+    replaced: list[str] = []
     for old in known:
         if old.subject_key != subject:
             continue
@@ -165,6 +170,7 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
             return FactDecision(store=True, contradicts=old.id)
         # A new value replaces the old one; "I don't live in Paris" or "I live in Porto" after
         # "I moved to Porto" replace nothing.
-        if same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated and not negated and not same_object:
-            return FactDecision(store=True, supersede=old.id)
-    return FactDecision(store=True)
+        functional = same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated and not negated
+        if functional and not same_object and (old.hedged or not meta.get("hedged")):
+            replaced.append(old.id)
+    return FactDecision(store=True, supersede=tuple(replaced))

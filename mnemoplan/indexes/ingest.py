@@ -256,8 +256,7 @@ class Ingestor:
                 continue
             if decision.contradicts:
                 fact.metadata["contradicts"] = decision.contradicts
-            if decision.supersede:
-                supersede.append((decision.supersede, fact.id))
+            supersede.extend((old, fact.id) for old in decision.supersede)
             ledger.add_fact(fact.id, fact.metadata, vectors[i], 1, fact)  # later facts of this call see it
             ledger.by_hash[fact.content_hash] = fact.id
             keep.append(i)

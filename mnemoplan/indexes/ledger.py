@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,7 +78,8 @@ class UserLedger:
         if not subject and rec is not None:
             subject = next((m.key for m in rec.entities if m.role == "subject"), "")
         known = KnownFact(rid, subject, str(meta.get("predicate", "")), str(meta.get("object", "")),
-                          bool(meta.get("negated", False)), np.asarray(vector, dtype=np.float32), mentions)  # fmt: skip
+                          bool(meta.get("negated", False)), np.asarray(vector, dtype=np.float32), mentions,
+                          bool(meta.get("hedged", False)))  # fmt: skip
         self.facts.setdefault(subject, []).append(known)
 
     def current_facts(self, subject: str) -> list[KnownFact]:
@@ -104,6 +105,6 @@ class UserLedger:
         for facts in self.facts.values():
             for i, f in enumerate(facts):
                 if f.id == rid:
-                    facts[i] = KnownFact(f.id, f.subject_key, f.predicate, f.object, f.negated, f.vector, new(f.mentions))
+                    facts[i] = replace(f, mentions=new(f.mentions))
                     return facts[i].mentions
         return 0
