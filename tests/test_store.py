@@ -298,6 +298,25 @@ def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
     assert "the lighthouse keeper's log" in [i.text for i in service.recall("lighthouse", user_id="u").items]
 
 
+def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service: MemoryService) -> None:
+    """A log written before long turns stood alone: theirs leaned to the turn before."""
+    import numpy as np
+
+    from mnemoplan.indexes.documents import context_vector
+
+    long_reply = " ".join(["The lighthouse has a long history of keepers and storms."] * 12)
+    ids = say(service, "u", "s", ("Ann", "tell me about the lighthouse"), ("Bot", long_reply), ("Ann", "wow"))
+    log = service.store.log
+    emb = log.vectors("u", ids)
+    as_written = log.vectors("u", ids, column="vector")
+    assert np.allclose(as_written[ids[1]], emb[ids[1]]) and np.allclose(as_written[ids[2]], emb[ids[2]])
+    old = {rid: context_vector(emb[rid], emb[prev], 0.3) for prev, rid in zip(ids, ids[1:], strict=False)}
+    log.set_vectors("u", old)
+    service.store.rebuild("u")
+    again = log.vectors("u", ids, column="vector")
+    assert all(np.allclose(again[rid], as_written[rid], atol=1e-6) for rid in ids)
+
+
 def test_one_process_per_data_directory(tmp_path: Path) -> None:
     svc = make_service(tmp_path / "data")
     try:

@@ -348,6 +348,14 @@ class LanceLog:
                 return
             self._set_columns({"id": list(tokens), "tokens": list(tokens.values())})
 
+    def set_vectors(self, user_id: str, vectors: dict[str, np.ndarray]) -> None:
+        """Set the search vectors of some of a user's records, in one merge."""
+        with self._changing(list(vectors), vectors=True, user_id=user_id):
+            if self._table is None or not vectors:
+                return
+            values = [np.asarray(v, np.float32) for v in vectors.values()]
+            self._set_columns({"id": list(vectors), "vector": values})
+
     def set_mention_counts(self, counts: dict[str, int]) -> None:
         """Set mention counts (facts said again)."""
         with self._changing(list(counts)):

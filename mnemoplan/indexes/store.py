@@ -513,12 +513,35 @@ class MemoryStore:
                 assert keys is not None
                 self.rebuild_bm25(uid, records)
                 self.graph.rebuild(keys.user, (graph_record(r, keys) for r in records))
+                self._relean(uid, records)
                 self.catalogs.invalidate(uid)
                 out[uid] = len(records)
             self.graph.checkpoint()
             self._last.clear()
             self._ledgers.clear()
         return out
+
+    def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
+        """Derive again the search vectors of the messages whose lean to the previous turn the
+        rule (``leans_on``) no longer gives or now gives (a log written before long turns stood
+        alone); returns how many changed."""
+        by_id = {r.id: r for r in records}
+        asked = [r for r in records if r.kind == "message" and r.prev_id in by_id]
+        asked = [r for r in asked if r.alone or by_id[r.prev_id].alone]
+        changed: dict[str, np.ndarray] = {}
+        for start in range(0, len(asked), batch):
+            part = asked[start : start + batch]
+            emb = self.log.vectors(user_id, [r.id for r in part] + [r.prev_id for r in part])
+            stored = self.log.vectors(user_id, [r.id for r in part], column="vector")
+            for rec in part:
+                if rec.id not in emb or rec.id not in stored:
+                    continue
+                lean = emb.get(rec.prev_id) if leans_on(rec, by_id[rec.prev_id]) else None
+                vector = context_vector(emb[rec.id], lean, self.context_weight)
+                if not np.allclose(vector, stored[rec.id], atol=1e-6):
+                    changed[rec.id] = vector
+        self.log.set_vectors(user_id, changed)
+        return len(changed)
 
     def repair(self) -> int:
         """Replay writes a crash interrupted; returns how many intents were repaired."""

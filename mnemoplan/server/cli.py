@@ -93,8 +93,9 @@ def _open_service(args: argparse.Namespace):
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    """Rebuild the BM25 and graph overlays from the log, and give token vectors to the records
-    written before the log kept them."""
+    """Rebuild the BM25 and graph overlays from the log, derive again the search vectors of long
+    turns and of the turns after them (a log written before long turns stood alone), and give
+    token vectors to the records written before the log kept them."""
     service = _open_service(args)
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
