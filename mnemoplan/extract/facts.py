@@ -154,9 +154,11 @@ def _state(subject: _Subject, slot: str, obj: str, after: str = "") -> str:
     to the night shift" or "to my new team". The place is the last leg's when the rest of the
     sentence (``after``) goes on to another: "...to Paris in 2010 and then to Rome".
     """
+    if not slot:
+        return ""
     owner, _, owned = subject.display.rpartition("'s ")
-    legs = [_place(_CLAUSE_END.split(after[leg.end() :])[0]) for leg in _LATER_LEG.finditer(after)] if slot else []
-    place = next((p for p in reversed(legs) if p), "") or (_place(obj) if slot else "")
+    legs = [_place(_CLAUSE_END.split(after[leg.end() :])[0]) for leg in _LATER_LEG.finditer(after)]
+    place = next((p for p in reversed(legs) if p), "") or _place(obj)
     if not place or (owner and not is_person_noun(owned.split()[-1])):
         return ""
     verb, *rest = slot.split()
