@@ -181,18 +181,23 @@ def test_a_forget_waits_for_maintenance_without_holding_up_writes(tmp_path: Path
         svc.store.wait_for_writes("u")
         receipts = []
         with svc.store._maintenance_lock:  # a run in progress
-            forget = threading.Thread(target=lambda: receipts.append(svc.forget(ids=[ids[0]], user_id="u")))
-            forget.start()
-            forget.join(timeout=2)
-            assert forget.is_alive()  # waiting to purge
+            forgets = [threading.Thread(target=lambda rid=rid: receipts.append(svc.forget(ids=[rid], user_id="u")))
+                       for rid in ids[:2]]  # fmt: skip
+            for forget in forgets:
+                forget.start()
+                forget.join(timeout=2)
+                assert forget.is_alive()  # waiting to purge
             writer = threading.Thread(target=say, args=(svc, "u", "s", ("Ann", "written meanwhile WHILE7KK")))
             writer.start()
             writer.join(timeout=60)
             assert not writer.is_alive()
-            assert ids[0] not in {item.id for item in svc.recall("note marker", user_id="u", limit=10).items}
-        forget.join(timeout=60)
-        assert not forget.is_alive() and receipts[0].purged and receipts[0].removed == 1
-        assert on_disk(data, "HIDE0KK") == [] and on_disk(data, "HIDE1KK") and on_disk(data, "WHILE7KK")
+            assert not {*ids[:2]} & {item.id for item in svc.recall("note marker", user_id="u", limit=10).items}
+        for forget in forgets:
+            forget.join(timeout=60)
+            assert not forget.is_alive()
+        assert [(r.purged, r.removed) for r in receipts] == [(True, 1), (True, 1)]
+        assert on_disk(data, "HIDE0KK") == on_disk(data, "HIDE1KK") == [] and on_disk(data, "HIDE2KK")
+        assert on_disk(data, "WHILE7KK") and svc.store.journal.pending() == []
     finally:
         svc.close()
 

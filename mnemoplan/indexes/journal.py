@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -55,11 +56,22 @@ class WriteJournal:
         for tmp in self.path.glob("*.tmp"):  # never began: nothing was written
             tmp.unlink(missing_ok=True)
         intents = []
-        for path in sorted(self.path.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        for mtime, path in sorted(_stamped(self.path.glob("*.json"))):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:  # done meanwhile
+                continue
             except (OSError, ValueError):
                 path.unlink(missing_ok=True)
                 continue
             intents.append(Intent(data["op"], data["user_id"], data.get("ids", []), path.stem, data.get("extra", {})))
         return intents
+
+
+def _stamped(paths: Iterable[Path]) -> Iterator[tuple[float, Path]]:
+    """(modification time, path) of the files still there."""
+    for path in paths:
+        try:
+            yield path.stat().st_mtime, path
+        except FileNotFoundError:
+            continue

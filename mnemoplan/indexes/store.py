@@ -110,6 +110,7 @@ class MemoryStore:
         self.maintain_every = maintain_every
         self._maintenance_lock = threading.Lock()
         self._closed = False
+        self._purges: dict[str, Intent] = {}  # purge intents not yet done, by token (under the write lock)
         self._mention_counts: dict[str, int] = {}
         self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
         # Guards both pending-count dicts. A leaf lock: nothing else is taken while it is held
@@ -348,8 +349,8 @@ class MemoryStore:
             report.sessions = {r.session_id for r in existing.values() if r.session_id}
             intent = self.journal.begin(Intent("delete", user_id, report.ids))
             self._delete_now(user_id, report)
-            self._purge_later(intent)
-        report.purged = self._purge()
+            purge = self._purge_later(intent)
+        report.purged = self._purge(purge)
         return report
 
     def _with_derived(self, user_id: str, ids: list[str]) -> list[str]:
@@ -433,16 +434,19 @@ class MemoryStore:
         self._ledgers.pop(user_id, None)
         self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
 
-    def _purge_later(self, intent: Intent) -> None:
-        """Mark a delete done in every store, its purge still to come (under the write lock).
+    def _purge_later(self, intent: Intent) -> Intent:
+        """Mark a delete done in every store, its purge still to come (under the write lock);
+        returns the purge's intent.
 
         Replaying the delete itself after a crash could delete what was written after it (a
         user dropped, then remembering again while the purge waited); a crash now replays the
         purge alone."""
-        self.journal.begin(Intent("purge", intent.user_id))
+        purge = self.journal.begin(Intent("purge", intent.user_id))
+        self._purges[purge.token] = purge
         self.journal.done(intent)
+        return purge
 
-    def _purge(self) -> bool:
+    def _purge(self, intent: Intent | None = None) -> bool:
         """Take the bytes of deleted records off the disk: the log's old copies and versions
         (``LanceLog.purge``) and the graph's write-ahead log. Returns False if the store was
         closed first (the purge's intent then runs it at the next start).
@@ -451,7 +455,8 @@ class MemoryStore:
         or an index built from rows it rewrites), and a run can take a minute (the vector index
         at 100k records: ~55 s). So it waits for the run without the write lock, and every
         ``remember`` goes on meanwhile; then it takes both locks, in the order ``close`` does.
-        The deleted records are out of every search already."""
+        The deleted records are out of every search already. Each purge does every purge
+        intent's work: one whose ``intent`` another purge did meanwhile has nothing to do."""
         while True:
             with self._maintenance_lock:
                 pass
@@ -461,11 +466,13 @@ class MemoryStore:
                 try:
                     if self._closed:
                         return False
-                    purges = [i for i in self.journal.pending() if i.op == "purge"]
+                    if intent is not None and intent.token not in self._purges:
+                        return True
                     self.log.purge()
                     self.graph.checkpoint()
-                    for intent in purges:  # this purge did theirs too
-                        self.journal.done(intent)
+                    for done in self._purges.values():
+                        self.journal.done(done)
+                    self._purges.clear()
                     return True
                 finally:
                     self._maintenance_lock.release()
@@ -486,8 +493,8 @@ class MemoryStore:
             report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
             self.log.drop_user_salt(user_id)
             self._forgotten(user_id)
-            self._purge_later(intent)
-        report.purged = self._purge()
+            purge = self._purge_later(intent)
+        report.purged = self._purge(purge)
         return report
 
     # -- rebuild and repair --------------------------------------------------------------
@@ -522,9 +529,9 @@ class MemoryStore:
         return out
 
     def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
-        """Derive again the search vectors of the messages whose lean to the previous turn the
-        rule (``leans_on``) no longer gives or now gives (a log written before long turns stood
-        alone); returns how many changed."""
+        """Derive again the search vectors of long turns and of the turns after them, which
+        ``leans_on`` no longer leans to the turn before (a log written before long turns stood
+        alone leaned them); returns how many changed."""
         by_id = {r.id: r for r in records}
         asked = [r for r in records if r.kind == "message" and r.prev_id in by_id]
         asked = [r for r in asked if r.alone or by_id[r.prev_id].alone]
@@ -558,7 +565,9 @@ class MemoryStore:
                 elif intent.op == "add":
                     self._repair_add(intent)
                     self.journal.done(intent)
-        if any(intent.op in ("delete", "purge") for intent in pending):
+                elif intent.op == "purge":
+                    self._purges[intent.token] = intent
+        if self._purges:
             self._purge()  # marks every purge intent done
         return len(pending)
 
