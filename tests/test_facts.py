@@ -268,6 +268,7 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("My sister moved to Oslo and then to Bergen.", "Melanie's sister moved to Oslo, and lives in Bergen."),
         ("I moved to Paris and later to my new job.", "Melanie moved to Paris, and lives in Paris."),
         ("I moved to Paris and went to Rome.", "Melanie moved to Paris, and lives in Paris."),
+        ("I moved to Paris and talked later to Sophie about it.", "Melanie moved to Paris, and lives in Paris."),
         # not a person, not a place, not said for sure, not said at all
         ("My violin lesson moved to Thursdays.", "Melanie's violin lesson moved to Thursdays."),
         ("I moved to the night shift.", "Melanie moved to the night shift."),
@@ -280,6 +281,13 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
 def test_a_move_says_where_one_lives_now(text: str, expected: str) -> None:
     # "Where do I live?" must find the move by its words; the move also replaces the old place.
     assert [f.text for f in facts(text)] == [expected]
+
+
+def test_a_later_leg_is_the_same_subjects() -> None:
+    assert [f.text for f in facts("I moved to Paris and my sister moved to Lyon and then to Rome.")] == [
+        "Melanie moved to Paris, and lives in Paris.",
+        "Melanie's sister moved to Lyon, and lives in Rome.",
+    ]
 
 
 def test_only_a_lowercase_us_is_the_speaker() -> None:

@@ -118,6 +118,16 @@ def test_a_hedged_move_does_not_replace_a_place_said_for_sure(service: MemorySer
     assert not paris["superseded_by"]
 
 
+def test_a_hedge_said_again_for_sure_replaces_the_hedge_and_the_old_place(service: MemoryService) -> None:
+    texts = ["I live in Lyon", "I think I moved to Porto, not sure", "I moved to Porto"]
+    ids = [service.remember(messages=[MessageIn(content=text, speaker="Zoe")], user_id="u", session_id=f"s{i}").ids[0]
+           for i, text in enumerate(texts)]  # fmt: skip
+    facts = {tuple(f["derived_from"]): f for f in facts_of(service, "u")}
+    sure = facts[(ids[2],)]
+    assert {facts[(ids[0],)]["superseded_by"], facts[(ids[1],)]["superseded_by"]} == {sure["id"]}
+    assert not sure["superseded_by"]
+
+
 def test_forgetting_the_middle_of_a_chain_points_the_first_at_the_last(service: MemoryService) -> None:
     ids = [service.remember(messages=[MessageIn(content=f"I live in {city}", speaker="Zoe")], user_id="u",
                             session_id=f"s{i}").ids[0] for i, city in enumerate(["Lyon", "Porto", "Paris"])]  # fmt: skip

@@ -62,6 +62,7 @@ MAX_FACTS = 5
 _MAX_CHARS, _MAX_SENTENCES, _MAX_SENTENCE_CHARS = 4000, 20, 400  # huge inputs: only their opening is read
 _MAX_OBJECT_WORDS = 12
 _CONFIDENT, _HEDGED, _WE, _GUESSED_SUBJECT = 0.9, 0.6, 0.6, 0.7
+HEDGED_CONFIDENCE = _HEDGED  # a fact's confidence when hedged (at most)
 
 # Predicates that fill the slot of another: one who moved to Bergen lives in Bergen. The fact's
 # text says the state too, so that "Where do I live?" finds the move by its words, and a new
@@ -71,8 +72,12 @@ SLOTS = MappingProxyType({
     for has in ("", "has ") for verb in ("moved", "relocated") for back in ("", "back ")
 })  # fmt: skip
 # A later leg of the same move, which is where one lives now: "...to Paris in 2010 and to Rome".
+# It follows straight on from the place before it (and that place's time: "in 2015", "last
+# year"); "...and my sister moved to Lyon and then to Rome" is another clause's.
 _LATER_LEG = re.compile(
-    r"(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+", re.I
+    r"(?:\s+(?:in|on|since|during|around|last|this)(?:\s+[\w']+){1,3}?)?"
+    r"(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+",
+    re.I,
 )
 _CLAUSE_END = re.compile(r"[,;:!?]|\.(?:\s+[a-z]|\s*$)")  # not the dot of "St. Louis"
 
@@ -157,8 +162,12 @@ def _state(subject: _Subject, slot: str, obj: str, after: str = "") -> str:
     if not slot:
         return ""
     owner, _, owned = subject.display.rpartition("'s ")
-    legs = [_place(_CLAUSE_END.split(after[leg.end() :])[0]) for leg in _LATER_LEG.finditer(after)]
-    place = next((p for p in reversed(legs) if p), "") or _place(obj)
+    place = _place(obj)
+    while leg := _LATER_LEG.match(after):
+        name = _place(_CLAUSE_END.split(after[leg.end() :])[0])
+        if not name:
+            break
+        place, after = name, after[leg.end() + len(name) :]
     if not place or (owner and not is_person_noun(owned.split()[-1])):
         return ""
     verb, *rest = slot.split()

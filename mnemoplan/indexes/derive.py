@@ -14,7 +14,7 @@ from datetime import datetime
 
 import numpy as np
 
-from mnemoplan.extract.facts import SLOTS, FactCandidate
+from mnemoplan.extract.facts import HEDGED_CONFIDENCE, SLOTS, FactCandidate
 from mnemoplan.extract.summary import EpisodeSummary
 from mnemoplan.model import EntityMention, Record
 
@@ -41,7 +41,9 @@ def fact_record(message: Record, fact: FactCandidate, *, extractor: str = "rules
         text=fact.text,
         occurred_at=message.occurred_at,
         created_at=message.created_at,
-        content_hash=_digest(message.user_id, "fact", fact.subject_key, fact.predicate, fact.object, str(fact.negated)),
+        # a hedge is another claim than the same said for sure, which replaces it (``decide``)
+        content_hash=_digest(message.user_id, "fact", fact.subject_key, fact.predicate, fact.object, str(fact.negated),
+                             *(["hedged"] if fact.hedged else [])),
         derived_from=[message.id],
         metadata={
             "subject": fact.subject,
@@ -51,7 +53,7 @@ def fact_record(message: Record, fact: FactCandidate, *, extractor: str = "rules
             "confidence": fact.confidence,
             "quantities": list(fact.quantities),
             "extractor": extractor,
-            **({"hedged": True} if fact.hedged else {}),
+            "hedged": fact.hedged,
         },
         importance=round(FACT_IMPORTANCE * (0.5 + fact.confidence / 2), 3),
         entities=entities,
@@ -130,6 +132,13 @@ def _third_person(verb: str) -> str:
     return verb + "s"
 
 
+def is_hedged(meta: dict) -> bool:
+    """Whether a fact was said unsure. Facts stored before they said so, and an LLM's, which
+    never say: as unsure as a hedge counts as one."""
+    confidence = meta.get("confidence", 1.0)
+    return bool(meta.get("hedged", isinstance(confidence, int | float) and confidence <= HEDGED_CONFIDENCE))
+
+
 def base_predicate(predicate: str) -> str:
     """``does not like`` -> ``likes``, ``moved to`` -> ``lives in``; others unchanged."""
     words = predicate.split()
@@ -147,6 +156,8 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
     """Compare a new fact with the user's current facts about the same subject.
 
     - same claim (near-identical vector, same polarity): reinforce the old fact, store nothing;
+      but said for sure after a hedge ("I think I moved to Porto", then "I moved to Porto"),
+      store it and supersede the hedge;
     - same subject and base predicate, opposite polarity, same object: a contradiction,
       stored and flagged, the old one kept;
     - a functional predicate (lives in, works at, ...) with a new object: supersede the old,
@@ -157,20 +168,24 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
     subject = next((m.key for m in fact.entities if m.role == "subject"), "")
     pred = base_predicate(str(meta.get("predicate", "")))
     negated = bool(meta.get("negated"))
+    hedged = is_hedged(meta)
+    about = [old for old in known if old.subject_key == subject]
     replaced: list[str] = []
-    for old in known:
-        if old.subject_key != subject:
-            continue
-        sim = float(np.dot(vector, old.vector))
+    for old in about:
+        if float(np.dot(vector, old.vector)) >= similarity and old.negated == negated:
+            if not old.hedged or hedged:
+                return FactDecision(store=False, reinforce=old.id)
+            replaced.append(old.id)
+    contradicts = ""
+    for old in about:
         same_pred = base_predicate(old.predicate) == pred
         same_object = old.object.lower() == str(meta["object"]).lower()
-        if sim >= similarity and old.negated == negated:
-            return FactDecision(store=False, reinforce=old.id)
         if same_pred and old.negated != negated and same_object:
-            return FactDecision(store=True, contradicts=old.id)
-        # A new value replaces the old one; "I don't live in Paris" or "I live in Porto" after
-        # "I moved to Porto" replace nothing.
+            contradicts = contradicts or old.id
+        # A new value replaces the old one, and a value said for sure replaces a hedge, the same
+        # value too; "I don't live in Paris" or "I live in Porto" after "I moved to Porto" replace nothing.
         functional = same_pred and pred in FUNCTIONAL_PREDICATES and not old.negated and not negated
-        if functional and not same_object and (old.hedged or not meta.get("hedged")):
+        surer = old.hedged and not hedged
+        if functional and (surer or (not same_object and (old.hedged or not hedged))) and old.id not in replaced:
             replaced.append(old.id)
-    return FactDecision(store=True, supersede=tuple(replaced))
+    return FactDecision(store=True, supersede=tuple(replaced), contradicts=contradicts)

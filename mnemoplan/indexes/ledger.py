@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mnemoplan.extract.names import entity_key
-from mnemoplan.indexes.derive import KnownFact
+from mnemoplan.indexes.derive import KnownFact, is_hedged
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import Record
 
@@ -79,7 +79,7 @@ class UserLedger:
             subject = next((m.key for m in rec.entities if m.role == "subject"), "")
         known = KnownFact(rid, subject, str(meta.get("predicate", "")), str(meta.get("object", "")),
                           bool(meta.get("negated", False)), np.asarray(vector, dtype=np.float32), mentions,
-                          bool(meta.get("hedged", False)))  # fmt: skip
+                          is_hedged(meta))  # fmt: skip
         self.facts.setdefault(subject, []).append(known)
 
     def current_facts(self, subject: str) -> list[KnownFact]:
