@@ -56,7 +56,7 @@ class WriteJournal:
         for tmp in self.path.glob("*.tmp"):  # never began: nothing was written
             tmp.unlink(missing_ok=True)
         intents = []
-        for mtime, path in sorted(_stamped(self.path.glob("*.json"))):
+        for _, path in sorted(_stamped(self.path.glob("*.json"))):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except FileNotFoundError:  # done meanwhile
