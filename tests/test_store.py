@@ -322,6 +322,23 @@ def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service
     assert all(np.allclose(again[rid], as_written[rid], atol=1e-6) for rid in ids)
 
 
+def test_the_bm25_rebuild_reads_records_as_their_documents_need_them(service: MemoryService) -> None:
+    from mnemoplan.indexes.documents import bm25_doc
+
+    long_reply = " ".join(["The lighthouse has a long history of keepers and storms."] * 12)
+    say(service, "u", "s", ("Ann", "I moved to Bergen in May"), ("Bot", long_reply), ("Ann", "wow"))
+    service.remember(content="a note without a speaker", user_id="u", session_id="t", project_id="p")
+    service.store.wait_for_writes("u")
+
+    def docs(records: list[Record]) -> list:
+        by_id = {r.id: r for r in records}
+        return [bm25_doc(r, by_id.get(r.prev_id)) for r in records]
+
+    full = service.store.user_records("u")
+    assert {r.kind for r in full} >= {"message", "fact"}
+    assert docs(service.store.log.doc_records("user_id = 'u'")) == docs(full)
+
+
 def test_one_process_per_data_directory(tmp_path: Path) -> None:
     svc = make_service(tmp_path / "data")
     try:

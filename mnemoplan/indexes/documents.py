@@ -21,15 +21,15 @@ import numpy as np
 
 from mnemoplan.indexes.bm25 import BM25Doc
 from mnemoplan.indexes.graph import GraphMention, GraphRecord, GraphRelation
-from mnemoplan.model import MemoryItem, Record
+from mnemoplan.model import DocRecord, MemoryItem, Record
 
 
-def spoken(rec: Record | MemoryItem) -> str:
+def spoken(rec: Record | DocRecord | MemoryItem) -> str:
     """``speaker: text`` for a message with a speaker, else the text."""
     return f"{rec.speaker}: {rec.text}" if rec.speaker else rec.text
 
 
-def in_context(rec: Record) -> bool:
+def in_context(rec: Record | DocRecord) -> bool:
     """Whether a record is indexed with the turn before it: a message, not a long one."""
     return rec.kind == "message" and not rec.alone
 
@@ -37,7 +37,7 @@ def in_context(rec: Record) -> bool:
 TAIL_WORDS, TAIL_CHARS = 30, 200  # of a long turn, the end a short reply after it answers
 
 
-def context_text(prev: Record) -> str:
+def context_text(prev: Record | DocRecord) -> str:
     """What of the turn before a message its BM25 text takes: all of a short turn; of a long
     one, the end, where the question a "Yes." answers sits (not all of a 150-word reply)."""
     if not prev.alone:
@@ -52,7 +52,7 @@ def leans_on(rec: Record, prev: Record | None) -> bool:
     return prev is not None and in_context(rec) and not prev.alone
 
 
-def bm25_doc(rec: Record, prev: Record | None) -> BM25Doc:
+def bm25_doc(rec: Record | DocRecord, prev: Record | DocRecord | None) -> BM25Doc:
     """The BM25 document of a record, with its conversational context."""
     body = spoken(rec)
     if prev is not None and in_context(rec):

@@ -15,6 +15,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from lancedb.index import BTree, HnswSq
 from mnemoplan.indexes.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
 from mnemoplan.indexes.token_store import TokenBlock, TokenCache
 from mnemoplan.indexes.vector_cache import UserVectors, VectorCache, kind_code_array
-from mnemoplan.model import EntityMention, Record, RecordHead
+from mnemoplan.model import DocRecord, EntityMention, Record, RecordHead
 from mnemoplan.model.records import (
     QUESTION_PATTERN,
     REQUESTING_ROLES,
@@ -113,6 +114,9 @@ def _schema(dim: int) -> pa.Schema:
             ("tokens", pa.binary()),
         ]
     )
+
+
+_DOC_COLUMNS = [f.name for f in fields(DocRecord)]
 
 
 def _row_to_record(row: dict[str, Any]) -> Record:
@@ -611,6 +615,14 @@ class LanceLog:
         for rows in self.scan(where, META_COLUMNS):
             for row in rows:
                 yield _row_to_record(row)
+
+    def doc_records(self, where: str) -> list[DocRecord]:
+        """What the BM25 documents of the records matching a filter read, in write order."""
+        out: list[DocRecord] = []
+        for rows in self.scan(where, _DOC_COLUMNS):
+            out.extend(DocRecord(**{k: v if v is not None else "" for k, v in row.items()}) for row in rows)
+        out.sort(key=lambda r: r.seq)
+        return out
 
     def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
         """Records of one user by id; unknown ids are absent from the result."""

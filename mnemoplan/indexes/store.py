@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,13 +22,19 @@ import numpy as np
 from mnemoplan.errors import DataDirLocked
 from mnemoplan.indexes.bm25 import BM25Index
 from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
-from mnemoplan.indexes.documents import KeyHasher, bm25_doc, context_vector, graph_record, leans_on
+from mnemoplan.indexes.documents import (
+    KeyHasher,
+    bm25_doc,
+    context_vector,
+    graph_record,
+    leans_on,
+)
 from mnemoplan.indexes.graph import GraphIndex
 from mnemoplan.indexes.journal import Intent, WriteJournal
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
 from mnemoplan.indexes.ledger import UserLedger
 from mnemoplan.indexes.overlays import OverlayWriter
-from mnemoplan.model import Record
+from mnemoplan.model import DocRecord, Record
 
 log = logging.getLogger(__name__)
 
@@ -503,9 +510,9 @@ class MemoryStore:
         """Every record of a user, in write order."""
         return sorted(self.log.iter_records(f"user_id = {sql_str(user_id)}"), key=lambda r: r.seq)
 
-    def rebuild_bm25(self, user_id: str, records: list[Record] | None = None) -> int:
+    def rebuild_bm25(self, user_id: str, records: Sequence[Record | DocRecord] | None = None) -> int:
         """Rebuild a user's BM25 index from the log (this also purges deleted documents)."""
-        records = self.user_records(user_id) if records is None else records
+        records = self.log.doc_records(f"user_id = {sql_str(user_id)}") if records is None else records
         by_id = {r.id: r for r in records}
         return self.bm25.rebuild(user_id, (bm25_doc(r, by_id.get(r.prev_id)) for r in records))
 

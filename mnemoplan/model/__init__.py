@@ -13,6 +13,7 @@ from mnemoplan.model.plans import (
 )
 from mnemoplan.model.records import (
     KINDS,
+    DocRecord,
     EntityMention,
     Kind,
     MessageIn,
@@ -42,6 +43,7 @@ __all__ = [
     "AnswerType",
     "DeepSearchResult",
     "DeepSearchStats",
+    "DocRecord",
     "EntityMention",
     "EntityRef",
     "ExplainPlanResult",
