@@ -116,7 +116,7 @@ def _schema(dim: int) -> pa.Schema:
     )
 
 
-_DOC_COLUMNS = [f.name for f in fields(DocRecord)]
+_DOC_COLUMNS = [f.name for f in fields(DocRecord) if f.name != "alone"]
 
 
 def _row_to_record(row: dict[str, Any]) -> Record:
@@ -617,12 +617,13 @@ class LanceLog:
                 yield _row_to_record(row)
 
     def doc_records(self, where: str) -> list[DocRecord]:
-        """What the BM25 documents of the records matching a filter read, in write order."""
-        out: list[DocRecord] = []
-        for rows in self.scan(where, _DOC_COLUMNS):
-            out.extend(DocRecord(**{k: v if v is not None else "" for k, v in row.items()}) for row in rows)
-        out.sort(key=lambda r: r.seq)
-        return out
+        """What the BM25 documents of the records matching a filter read, in write order (with
+        ``alone`` computed by pyarrow, as when a user is loaded into memory)."""
+        if self._table is None:
+            return []
+        data = self._table.search().where(where).select(_DOC_COLUMNS).limit(None).to_arrow().sort_by("seq")
+        return [DocRecord(**{k: v if v is not None else "" for k, v in row.items()}, alone=bool(alone))
+                for row, alone in zip(data.to_pylist(), _alone(data), strict=True)]  # fmt: skip
 
     def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
         """Records of one user by id; unknown ids are absent from the result."""

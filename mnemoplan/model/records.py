@@ -253,8 +253,4 @@ class DocRecord:
     text: str
     prev_id: str
     seq: int
-
-    @property
-    def alone(self) -> bool:
-        """Whether this is a message long enough to stand alone (see ``stands_alone``)."""
-        return stands_alone(self.kind, self.text)
+    alone: bool = False  # a message long enough to stand alone (see ``stands_alone``)
