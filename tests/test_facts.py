@@ -290,6 +290,19 @@ def test_a_later_leg_is_the_same_subjects() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I moved to St. Louis. It is great.", "Melanie moved to St. Louis, and lives in St. Louis."),
+        ("My sister lives in St. Paul.", "Melanie's sister lives in St. Paul."),
+        ("I met Dr. Lee yesterday.", "Melanie met Dr. Lee on 7 May 2023."),
+        ("I love sports, e.g. hiking.", "Melanie loves sports."),
+    ],
+)
+def test_an_abbreviation_ends_no_sentence(text: str, expected: str) -> None:
+    assert [f.text for f in facts(text)] == [expected]
+
+
 def test_only_a_lowercase_us_is_the_speaker() -> None:
     assert [f.object for f in facts("I moved to the US.")] == ["the US"]
 

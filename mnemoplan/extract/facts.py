@@ -38,6 +38,7 @@ from mnemoplan.extract.lexicon import (
     PARTICIPLE,
     PARTICLES,
     PAST,
+    PLACE_ABBREVIATIONS,
     PLURAL,
     PREFERENCE,
     PREFIX,
@@ -137,12 +138,15 @@ class _Subject:
 
 def _place(obj: str) -> str:
     """The name a move's object opens with, if that is all of its start: "Paris" of "Paris with
-    Melanie's husband", "the Bay Area"; "" for "Melanie's new team", "Dr. Smith's practice",
+    Melanie's husband", "the Bay Area", "St. Louis"; "" for "Melanie's new team", "Dr. Smith's practice",
     "March", "the night shift"."""
     words = obj.split()
     lead = words[:1] if words[:1] == ["the"] else []
     name = []
-    for word in words[len(lead) :]:
+    for i, word in enumerate(words[len(lead) :], len(lead)):
+        if word in PLACE_ABBREVIATIONS and words[i + 1 : i + 2] and is_name_word(words[i + 1]):
+            name.append(word)  # "St. Louis"
+            continue
         if not is_name_word(word) or word[-1] in ".,;:!?":
             if word[:1].isupper() or "'" in word or "’" in word:  # "Dr.", "Smith's": not a plain name
                 return ""
