@@ -264,8 +264,8 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("My best friend has moved to the Bay Area", "Melanie's best friend has moved to the Bay Area, and lives in the Bay Area."),
         ("My parents have moved back to Spain with the dog.", "Melanie's parents have moved back to Spain with the dog, and live in Spain."),
         # the last leg of a move is where one lives now, when it is a named place
-        ("I moved to Paris in 2010 and to Rome in 2015.", "Melanie moved to Paris in 2010, and lives in Rome."),
-        ("My sister moved to Oslo and then to Bergen.", "Melanie's sister moved to Oslo, and lives in Bergen."),
+        ("I moved to Paris in 2010 and to Rome in 2015.", "Melanie moved to Paris in 2010, then to Rome in 2015, and lives in Rome."),
+        ("My sister moved to Oslo and then to Bergen.", "Melanie's sister moved to Oslo, then to Bergen, and lives in Bergen."),
         ("I moved to Paris and later to my new job.", "Melanie moved to Paris, and lives in Paris."),
         ("I moved to Paris and went to Rome.", "Melanie moved to Paris, and lives in Paris."),
         ("I moved to Paris and talked later to Sophie about it.", "Melanie moved to Paris, and lives in Paris."),
@@ -274,7 +274,7 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("I moved to the night shift.", "Melanie moved to the night shift."),
         ("I moved to my new team.", "Melanie moved to Melanie's new team."),
         ("I moved to March.", "Melanie moved to March."),
-        ("Maybe I moved to Paris, not sure.", "Melanie moved to Paris."),
+        ("Maybe I moved to Paris, not sure.", "Perhaps Melanie moved to Paris."),
         ("I never moved to Paris.", "Melanie never moved to Paris."),
     ],
 )
@@ -286,8 +286,19 @@ def test_a_move_says_where_one_lives_now(text: str, expected: str) -> None:
 def test_a_later_leg_is_the_same_subjects() -> None:
     assert [f.text for f in facts("I moved to Paris and my sister moved to Lyon and then to Rome.")] == [
         "Melanie moved to Paris, and lives in Paris.",
-        "Melanie's sister moved to Lyon, and lives in Rome.",
+        "Melanie's sister moved to Lyon, then to Rome, and lives in Rome.",
     ]
+
+
+def test_a_move_in_legs_is_the_move_to_the_last_place() -> None:
+    # The place one lives in is the fact's object, so a later "I live in Rome" reinforces it
+    # and "I live in Paris" replaces it; each leg keeps its own time, the fact spans them all.
+    (fact,) = facts("Last year I moved to Paris and then to Rome in March.")
+    assert fact.text == "Melanie moved to Paris in 2022, then to Rome in March 2023, and lives in Rome."
+    assert (fact.predicate, fact.object, fact.object_key) == ("moved to", "Rome", "rome")
+    assert fact.when == (datetime(2022, 1, 1, tzinfo=UTC), datetime(2023, 4, 1, tzinfo=UTC))
+    (fact,) = facts("I moved to Paris and later to my new job.")
+    assert (fact.object, fact.when) == ("Paris", None)
 
 
 @pytest.mark.parametrize(

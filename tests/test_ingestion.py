@@ -113,7 +113,7 @@ def test_a_hedged_move_does_not_replace_a_place_said_for_sure(service: MemorySer
     facts = {f["text"].split(",")[0].rstrip("."): f for f in facts_of(service, "u")}
     paris = facts["Zoe moved to Paris"]
     # The hedge left Lyon current; the move said for sure ("we" includes the speaker) replaces both.
-    replaced_by = {facts[t]["superseded_by"] for t in ("Zoe lives in Lyon", "Zoe moved to Porto")}
+    replaced_by = {facts[t]["superseded_by"] for t in ("Zoe lives in Lyon", "Perhaps Zoe moved to Porto")}
     assert replaced_by == {paris["id"]}
     assert not paris["superseded_by"]
 
@@ -126,6 +126,16 @@ def test_a_hedge_said_again_for_sure_replaces_the_hedge_and_the_old_place(servic
     sure = facts[(ids[2],)]
     assert {facts[(ids[0],)]["superseded_by"], facts[(ids[1],)]["superseded_by"]} == {sure["id"]}
     assert not sure["superseded_by"]
+
+
+def test_a_move_in_legs_is_kept_by_its_last_place_and_replaced_by_another(service: MemoryService) -> None:
+    texts = ["I moved to Paris in 2010 and to Rome in 2015", "I live in Rome", "I live in Paris"]
+    ids = [service.remember(messages=[MessageIn(content=text, speaker="Zoe")], user_id="u", session_id=f"s{i}").ids[0]
+           for i, text in enumerate(texts)]  # fmt: skip
+    move, rome, paris = (next(f for f in facts_of(service, "u") if f["derived_from"] == [i]) for i in ids)
+    # Rome is where the move ended: it replaces nothing; Paris again replaces both.
+    assert (move["superseded_by"], rome["superseded_by"]) == (paris["id"], paris["id"])
+    assert not paris["superseded_by"]
 
 
 def test_forgetting_the_middle_of_a_chain_points_the_first_at_the_last(service: MemoryService) -> None:

@@ -155,24 +155,35 @@ def _place(obj: str) -> str:
     return " ".join(lead + name) if name else ""
 
 
-def _state(subject: _Subject, slot: str, obj: str, after: str = "") -> str:
-    """", and lives in Bergen": the state a slot predicate implies, agreeing with the subject.
-
-    Only for the speaker, a name, or someone named by relation ("my sister"), moving to a
-    named place: "my violin lesson moved to Thursdays" lives nowhere, nor does one who "moved
-    to the night shift" or "to my new team". The place is the last leg's when the rest of the
-    sentence (``after``) goes on to another: "...to Paris in 2010 and then to Rome".
-    """
-    if not slot:
-        return ""
-    owner, _, owned = subject.display.rpartition("'s ")
-    place = _place(obj)
-    while leg := _LATER_LEG.match(after):
+def _later_legs(after: str, offset: int, mentions: list[TimeMention]) -> list[tuple[str, list[TimeMention]]]:
+    """The later legs of a move that the rest of its sentence (``after``, at ``offset`` in the
+    sentence) goes on to, each a place and its own times: "...to Paris in 2010 and to Rome in
+    2015" gives [("Rome", [2015])]. A leg's times are those up to the next leg or the clause's end."""
+    found: list[tuple[str, int]] = []  # each leg's place and where it starts in ``after``
+    pos = 0
+    while leg := _LATER_LEG.match(after, pos):
         name = _place(_CLAUSE_END.split(after[leg.end() :])[0])
         if not name:
             break
-        place, after = name, after[leg.end() + len(name) :]
-    if not place or (owner and not is_person_noun(owned.split()[-1])):
+        found.append((name, leg.end()))
+        pos = leg.end() + len(name)
+    legs = []
+    for i, (name, start) in enumerate(found):
+        end = _CLAUSE_END.search(after, start + len(name))
+        stop = min(found[i + 1][1] if i + 1 < len(found) else len(after), end.start() if end else len(after))
+        legs.append((name, [t for t in mentions if offset + start <= t.position < offset + stop]))
+    return legs
+
+
+def _state(subject: _Subject, slot: str, place: str) -> str:
+    """", and lives in Bergen": the state a slot predicate implies, agreeing with the subject.
+
+    Only for the speaker, a name, or someone named by relation ("my sister"), moving to a
+    named place (``_place``): "my violin lesson moved to Thursdays" lives nowhere, nor does one
+    who "moved to the night shift" or "to my new team".
+    """
+    owner, _, owned = subject.display.rpartition("'s ")
+    if not slot or not place or (owner and not is_person_noun(owned.split()[-1])):
         return ""
     verb, *rest = slot.split()
     if subject.plural:
@@ -487,14 +498,22 @@ def extract_facts(
             confidence = subject.confidence
             if hedged:
                 confidence = min(confidence, _HEDGED) - (0.1 if confidence < _CONFIDENT else 0.0)
-            body = f"{subject.display} {pred.surface(subject.plural)} {obj}"
-            state = "" if hedged else _state(subject, SLOTS.get(pred.canonical(), ""), obj, sentence[end:])
+            slot = "" if hedged else SLOTS.get(pred.canonical(), "")
+            legs = _later_legs(sentence[end:], end, mentions) if slot else []
+            if legs:  # the legs' own times are theirs, not the first leg's
+                own = [t for t in own if not any(t in times for _, times in legs)]
+            body = f"{subject.display} {pred.surface(subject.plural)} {obj}" + (_time_phrase(own) if own else "")
+            state = _state(subject, slot, legs[-1][0] if legs else _place(obj))
+            if state and legs:  # a move in several legs ends where one lives now: the fact is that move
+                body += "".join(f", then to {place}" + (_time_phrase(times) if times else "") for place, times in legs)
+                obj, own = legs[-1][0], own + [t for _, times in legs for t in times]
+            text = body[:1].upper() + body[1:] + state + "."
             fact = FactCandidate(
                 subject=subject.display,
                 predicate=pred.canonical(),
                 object=obj,
                 negated=pred.negated or pred.never,
-                text=body[:1].upper() + body[1:] + (_time_phrase(own) if own else "") + state + ".",
+                text=f"Perhaps {text}" if hedged else text,
                 confidence=round(confidence, 2),
                 subject_key=entity_key(subject.display),
                 object_key=_object_key(obj, names),
