@@ -202,6 +202,86 @@ def test_a_forget_waits_for_maintenance_without_holding_up_writes(tmp_path: Path
         svc.close()
 
 
+def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget rebuilds the user's BM25 index to get the deleted words out of its segments,
+    which takes seconds at 100k records; writes go on meanwhile and reach the new index."""
+    data = tmp_path / "data"
+    svc = make_service(data)
+    reading, release = threading.Event(), threading.Event()
+    read_all = svc.store.log.doc_records
+
+    def slow_read(where: str) -> list:
+        if where == "user_id = 'u'" and not release.is_set():  # the rebuild's read of every record
+            reading.set()
+            release.wait(60)
+        return read_all(where)
+
+    try:
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
+        svc.store.wait_for_writes("u")
+        monkeypatch.setattr(svc.store.log, "doc_records", slow_read)
+        forgets = [threading.Thread(target=svc.forget, kwargs={"ids": [rid], "user_id": "u"}) for rid in ids[1:4:2]]
+        forgets[0].start()
+        assert reading.wait(60)
+        writer = threading.Thread(target=say, args=(svc, "u", "s", ("Ann", "written meanwhile WHILE7KK")))
+        writer.start()
+        writer.join(timeout=60)
+        assert not writer.is_alive()  # not held up by the rebuild
+        forgets[1].start()  # its delete goes ahead; its own rebuild waits for the first
+        forgets[1].join(timeout=2)
+        svc.store.wait_for_writes("u")
+        found = {rid for rid, _ in svc.store.bm25.search("u", "marker WHILE7KK", 10)}
+        assert len(found) == 4 and not found & {ids[1], ids[3]}
+        release.set()
+        for forget in forgets:
+            forget.join(timeout=60)
+            assert not forget.is_alive()
+        assert svc.store.bm25.ids("u") == {r["id"] for r in svc.store.log.select("user_id = 'u'", ["id"])}
+        assert on_disk(data, "HIDE1KK") == on_disk(data, "HIDE3KK") == [] and on_disk(data, "HIDE2KK")
+        assert [rid for rid, _ in svc.store.bm25.search("u", "WHILE7KK", 10)] and svc.store.journal.pending() == []
+    finally:
+        release.set()
+        svc.close()
+
+
+def test_a_bm25_rebuild_carries_over_what_was_written_while_it_ran(tmp_path: Path) -> None:
+    from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
+
+    index = BM25Index(tmp_path / "bm25")
+    docs = {rid: BM25Doc(rid, "u", f"{rid} first words") for rid in ("a", "b")}
+    index.add(list(docs.values()))
+    asked = []
+
+    def read(ids: set[str] | None) -> list[BM25Doc]:
+        asked.append(ids)
+        if ids is None:  # the snapshot is read, then a change, an addition and a delete land
+            snapshot = list(docs.values())
+            docs.update(a=BM25Doc("a", "u", "a second words"), c=BM25Doc("c", "u", "c first words"))
+            index.add([docs["a"], docs["c"]])
+            index.delete("u", [docs.pop("b").id])
+            return snapshot
+        return [docs[rid] for rid in sorted(ids) if rid in docs]
+
+    assert index.rebuild("u", read) == 2
+    assert asked == [None, {"a", "b", "c"}]
+    assert [rid for rid, _ in index.search("u", "first", 5)] == ["c"]
+    assert [rid for rid, _ in index.search("u", "second", 5)] == ["a"]
+    index.drop_user("u")
+    index.add([BM25Doc("d", "u", "after the drop")])
+
+    def dropped(ids: set[str] | None) -> list[BM25Doc]:
+        if ids is None:
+            index.drop_user("u")
+            index.add([BM25Doc("e", "u", "after the drop")])
+        return [BM25Doc("d", "u", "after the drop")]
+
+    assert index.rebuild("u", dropped) == 0  # the drop wins: nothing read before it comes back
+    assert index.ids("u") == {"e"}
+    index.close()
+
+
 def test_a_purge_cut_short_is_done_at_the_next_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mnemoplan.indexes.lance_log import LanceLog
 

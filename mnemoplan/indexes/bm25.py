@@ -4,7 +4,9 @@ One index per user keeps isolation structural (a query can only see its user's
 directory; the ``user_id`` term is required as well, as a second fence) and makes
 forgetting real: Tantivy cannot be told to merge segments from Python, so deleting a
 user removes the directory, and deleting some records rebuilds that user's index
-from the log into a fresh directory that replaces the old one.
+from the log into a fresh directory that replaces the old one. A rebuild runs beside
+writes (seconds at 100k records): what they add or delete meanwhile is carried over
+into the fresh index before it is swapped in.
 
 Queries are never parsed: the text goes through the same analyzer as the documents
 and becomes a disjunction of term queries, so ``"``, ``:``, ``AND``, ``*`` or
@@ -19,7 +21,8 @@ import math
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +78,7 @@ class _UserIndex:
         self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         self.lock = threading.Lock()
         self.dirty = False
+        self.closed = False  # by eviction or a swap: whoever waited for its lock opens it again
 
     def commit(self) -> None:
         self.writer.commit()
@@ -85,6 +89,7 @@ class _UserIndex:
         if self.dirty:
             self.commit()
         self.writer.wait_merging_threads()
+        self.closed = True
 
 
 class BM25Index:
@@ -103,6 +108,10 @@ class BM25Index:
         self._open: OrderedDict[str, _UserIndex] = OrderedDict()
         self._max_open = max_open
         self._lock = threading.RLock()
+        self._rebuild_locks: dict[str, threading.Lock] = {}  # one rebuild of a user at a time
+        self._touched: dict[str, set[str]] = {}  # ids written while a user's rebuild runs
+        self._dropped: set[str] = set()  # users dropped while their rebuild ran
+        self._closed = False
         self._recover_swaps()
 
     # -- paths and handles -------------------------------------------------------------
@@ -137,12 +146,31 @@ class BM25Index:
                 old.close()
             return handle
 
+    @contextmanager
+    def _locked(self, user_id: str, create: bool) -> Iterator[_UserIndex | None]:
+        """A user's open index, its lock held; never one closed while this waited for the lock."""
+        while True:
+            handle = self._handle(user_id, create)
+            if handle is None:
+                yield None
+                return
+            with handle.lock:
+                if not handle.closed:
+                    yield handle
+                    return
+
     def _close_user(self, user_id: str) -> None:
         with self._lock:
             handle = self._open.pop(user_id, None)
         if handle is not None:
             with handle.lock:
                 handle.close()
+
+    def _note(self, user_id: str, ids: Iterable[str]) -> None:
+        """Ids written while the user's index is rebuilt (under the handle's lock)."""
+        touched = self._touched.get(user_id)
+        if touched is not None:
+            touched.update(ids)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -166,13 +194,13 @@ class BM25Index:
         for doc in docs:
             by_user.setdefault(doc.user_id, []).append(doc)
         for user_id, user_docs in by_user.items():
-            handle = self._handle(user_id, create=True)
-            assert handle is not None
-            with handle.lock:
+            with self._locked(user_id, create=True) as handle:
+                assert handle is not None
                 for doc in user_docs:
                     handle.writer.delete_documents_by_term("id", doc.id)
                     handle.writer.add_document(self._document(doc))
                 handle.dirty = True
+                self._note(user_id, (doc.id for doc in user_docs))
                 if commit:
                     handle.commit()
 
@@ -187,52 +215,103 @@ class BM25Index:
 
     def delete(self, user_id: str, ids: list[str], *, commit: bool = True) -> int:
         """Delete documents by id (soft: segments keep the bytes until ``rebuild``)."""
-        handle = self._handle(user_id, create=False)
-        if handle is None or not ids:
+        if not ids:
             return 0
-        with handle.lock:
+        with self._locked(user_id, create=False) as handle:
+            if handle is None:
+                return 0
             searcher = handle.index.searcher()
             present = sum(searcher.doc_freq("id", rid) for rid in ids)
             for rid in ids:
                 handle.writer.delete_documents_by_term("id", rid)
             handle.dirty = True
+            self._note(user_id, ids)
             if commit:
                 handle.commit()
         return present
 
     def drop_user(self, user_id: str) -> None:
-        """Remove a user's index directory entirely."""
+        """Remove a user's index directory entirely (a rebuild running meanwhile is dropped)."""
+        with self._lock:
+            if user_id in self._touched:
+                self._dropped.add(user_id)
         self._close_user(user_id)
         shutil.rmtree(self._dir(user_id), ignore_errors=True)
 
-    def rebuild(self, user_id: str, docs: Iterable[BM25Doc]) -> int:
-        """Replace a user's index with a fresh one holding exactly ``docs``.
+    def rebuild(self, user_id: str, docs: Callable[[set[str] | None], Iterable[BM25Doc]]) -> int:
+        """Replace a user's index with a fresh one holding exactly the user's documents.
 
-        The new index is written beside the old one and swapped in, so a crash leaves
-        either the old or the new index, never a mix.
+        Args:
+            user_id: Whose index.
+            docs: ``docs(None)`` gives every document of the user; ``docs(ids)`` the current
+                documents of those ids (none for a record gone). Both read the source of truth
+                when called.
+
+        Writes go on meanwhile, to the old index. The ids they touch are noted from the
+        start, before ``docs(None)`` is read; before the swap, under the locks every write
+        takes, the fresh index replaces its documents of those ids with ``docs(ids)``. So
+        nothing written during a rebuild is lost, and reads see the old index until the
+        swap. The new index is written beside the old one and swapped in, so a crash leaves
+        either the old or the new index, never a mix. One rebuild of a user runs at a time.
+        Returns the documents in the new index (0 when the store closed or the user was
+        dropped meanwhile: the old state stands).
         """
-        target = self._dir(user_id)
-        fresh = target.with_name(target.name + ".new")
-        shutil.rmtree(fresh, ignore_errors=True)
-        fresh.mkdir(parents=True)
-        index = tantivy.Index(self._schema, path=str(fresh), reuse=False)
-        index.register_tokenizer(_ANALYZER_NAME, _analyzer())
+        with self._lock:
+            rebuild_lock = self._rebuild_locks.setdefault(user_id, threading.Lock())
+        with rebuild_lock:
+            with self._lock:
+                self._touched[user_id] = set()
+            target = self._dir(user_id)
+            fresh = target.with_name(target.name + ".new")
+            try:
+                shutil.rmtree(fresh, ignore_errors=True)
+                fresh.mkdir(parents=True)
+                index = tantivy.Index(self._schema, path=str(fresh), reuse=False)
+                index.register_tokenizer(_ANALYZER_NAME, _analyzer())
+                self._write(index, [], docs(None))
+                return self._swap(user_id, index, fresh, docs)
+            finally:
+                with self._lock:
+                    self._touched.pop(user_id, None)
+                    self._dropped.discard(user_id)
+                shutil.rmtree(fresh, ignore_errors=True)
+
+    def _write(self, index: tantivy.Index, gone: Iterable[str], docs: Iterable[BM25Doc]) -> None:
         writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        count = 0
+        for rid in gone:
+            writer.delete_documents_by_term("id", rid)
         for doc in docs:
             writer.add_document(self._document(doc))
-            count += 1
         writer.commit()
         writer.wait_merging_threads()
-        del writer, index
-        self._close_user(user_id)
-        old = target.with_name(target.name + ".old")
-        if target.exists():
-            target.rename(old)
-        fresh.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-        if count == 0:
-            shutil.rmtree(target, ignore_errors=True)
+
+    def _swap(
+        self, user_id: str, index: tantivy.Index, fresh: Path, docs: Callable[[set[str] | None], Iterable[BM25Doc]]
+    ) -> int:
+        """Carry the writes made during a rebuild into its fresh index and swap it in."""
+        target = self._dir(user_id)
+        with self._lock:  # no handle opens meanwhile, and the open one's writes are done
+            handle = self._open.pop(user_id, None)
+            with handle.lock if handle is not None else nullcontext():
+                touched = self._touched.pop(user_id)
+                if self._closed or user_id in self._dropped:
+                    if handle is not None and not handle.closed:
+                        self._open[user_id] = handle
+                    return 0
+                if touched:
+                    self._write(index, sorted(touched), docs(touched))
+                index.reload()
+                count = index.searcher().num_docs
+                del index
+                if handle is not None:
+                    handle.close()
+                old = target.with_name(target.name + ".old")
+                if target.exists():
+                    target.rename(old)
+                fresh.rename(target)
+                shutil.rmtree(old, ignore_errors=True)
+                if count == 0:
+                    shutil.rmtree(target, ignore_errors=True)
         return count
 
     def ids(self, user_id: str) -> set[str]:
@@ -247,8 +326,9 @@ class BM25Index:
         return {searcher.doc(addr)["id"][0] for _, addr in hits}
 
     def close(self) -> None:
-        """Finish merges and release every writer."""
+        """Finish merges and release every writer (a rebuild still running is dropped)."""
         with self._lock:
+            self._closed = True
             users = list(self._open)
         for user_id in users:
             self._close_user(user_id)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mnemoplan.errors import DataDirLocked
-from mnemoplan.indexes.bm25 import BM25Index
+from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
 from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
 from mnemoplan.indexes.documents import (
     KeyHasher,
@@ -118,6 +118,7 @@ class MemoryStore:
         self._maintenance_lock = threading.Lock()
         self._closed = False
         self._purges: dict[str, Intent] = {}  # purge intents not yet done, by token (under the write lock)
+        self._rebuilt: set[str] = set()  # of those, the ones whose user's BM25 index was rebuilt since
         self._mention_counts: dict[str, int] = {}
         self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
         # Guards both pending-count dicts. A leaf lock: nothing else is taken while it is held
@@ -384,10 +385,10 @@ class MemoryStore:
         report.per_store["log"] = self.log.delete(ids, user_id)
         self._reopen(user_id, gone, replaced_by)
         report.per_store["graph"] = self.graph.delete(ids)
-        report.per_store["bm25"] = self.bm25.delete(user_id, ids)
         if successors:
             self._recontext(user_id, successors, prev_of, gone)
-        self.rebuild_bm25(user_id)  # the only way to get deleted terms out of Tantivy's segments
+        # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
+        report.per_store["bm25"] = self.bm25.delete(user_id, ids)
         self._forgotten(user_id)
 
     def _reopen(self, user_id: str, gone: set[str], replaced_by: dict[str, str]) -> None:
@@ -415,7 +416,8 @@ class MemoryStore:
                 self.log.set_superseded(row["id"], "", None, user_id)
 
     def _recontext(self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]) -> None:
-        """Point each successor at the nearest surviving earlier turn and recompute its vector."""
+        """Point each successor at the nearest surviving earlier turn and recompute its vector
+        and its BM25 document (which held the deleted turn's words as context)."""
         new_prev: dict[str, str] = {}
         for rec in successors:
             prev = rec.prev_id
@@ -433,7 +435,9 @@ class MemoryStore:
         self.log.update_vectors(updates, user_id)
         keys = self.keys(user_id)
         assert keys is not None
-        self.graph.add([graph_record(r.model_copy(update={"prev_id": new_prev[r.id]}), keys) for r in successors])
+        moved = [r.model_copy(update={"prev_id": new_prev[r.id]}) for r in successors]
+        self.graph.add([graph_record(r, keys) for r in moved])
+        self.bm25.add([bm25_doc(r, before.get(r.prev_id)) for r in moved], commit=False)
 
     def _forgotten(self, user_id: str) -> None:
         """Drop what the store keeps in memory of a user whose records were deleted."""
@@ -454,16 +458,25 @@ class MemoryStore:
         return purge
 
     def _purge(self, intent: Intent | None = None) -> bool:
-        """Take the bytes of deleted records off the disk: the log's old copies and versions
-        (``LanceLog.purge``) and the graph's write-ahead log. Returns False if the store was
-        closed first (the purge's intent then runs it at the next start).
+        """Take the bytes of deleted records off the disk: the user's BM25 index rebuilt
+        without them, the log's old copies and versions (``LanceLog.purge``) and the graph's
+        write-ahead log. Returns False if the store was closed first (the purge's intent then
+        runs it at the next start). Without ``intent``, every pending purge (start-up repair).
 
-        The purge must not race a maintenance run (dropping old versions under a compaction,
-        or an index built from rows it rewrites), and a run can take a minute (the vector index
-        at 100k records: ~55 s). So it waits for the run without the write lock, and every
-        ``remember`` goes on meanwhile; then it takes both locks, in the order ``close`` does.
-        The deleted records are out of every search already. Each purge does every purge
-        intent's work: one whose ``intent`` another purge did meanwhile has nothing to do."""
+        None of it holds the write lock for long, and every ``remember`` goes on meanwhile;
+        the deleted records are out of every search already. The BM25 rebuild runs beside
+        writes (``BM25Index.rebuild``; ~5 s at 100k records). The rest must not race a
+        maintenance run (dropping old versions under a compaction, or an index built from rows
+        it rewrites), and a run can take a minute (the vector index at 100k records: ~55 s):
+        it waits for the run without the write lock, then takes both locks, in the order
+        ``close`` does. Each purge does every purge intent's work whose user's BM25 index was
+        rebuilt after it began: one whose ``intent`` another purge did has nothing left to do."""
+        with self._write_lock:
+            begun = {t: p for t, p in self._purges.items() if intent is None or p.user_id == intent.user_id}
+        for user_id in sorted({p.user_id for p in begun.values()}):
+            self.rebuild_bm25(user_id)
+        with self._write_lock:
+            self._rebuilt.update(begun)
         while True:
             with self._maintenance_lock:
                 pass
@@ -477,9 +490,9 @@ class MemoryStore:
                         return True
                     self.log.purge()
                     self.graph.checkpoint()
-                    for done in self._purges.values():
-                        self.journal.done(done)
-                    self._purges.clear()
+                    for token in self._rebuilt & self._purges.keys():
+                        self.journal.done(self._purges.pop(token))
+                    self._rebuilt.clear()
                     return True
                 finally:
                     self._maintenance_lock.release()
@@ -511,10 +524,21 @@ class MemoryStore:
         return sorted(self.log.iter_records(f"user_id = {sql_str(user_id)}"), key=lambda r: r.seq)
 
     def rebuild_bm25(self, user_id: str, records: Sequence[Record | DocRecord] | None = None) -> int:
-        """Rebuild a user's BM25 index from the log (this also purges deleted documents)."""
-        records = self.log.doc_records(f"user_id = {sql_str(user_id)}") if records is None else records
-        by_id = {r.id: r for r in records}
-        return self.bm25.rebuild(user_id, (bm25_doc(r, by_id.get(r.prev_id)) for r in records))
+        """Rebuild a user's BM25 index from the log (this also purges deleted documents), beside
+        writes made meanwhile (``BM25Index.rebuild``); ``records``: every record of the user."""
+        user = f"user_id = {sql_str(user_id)}"
+
+        def docs(ids: set[str] | None) -> list[BM25Doc]:
+            if ids is None:
+                found = self.log.doc_records(user) if records is None else records
+                by_id = {r.id: r for r in found}
+            else:  # written during the rebuild, and the turns they follow
+                found = self.log.doc_records(f"{user} AND {sql_in('id', sorted(ids))}")
+                prev = {r.prev_id for r in found if r.prev_id}
+                by_id = {r.id: r for r in self.log.doc_records(f"{user} AND {sql_in('id', sorted(prev))}")} if prev else {}
+            return [bm25_doc(r, by_id.get(r.prev_id)) for r in found]
+
+        return self.bm25.rebuild(user_id, docs)
 
     def rebuild(self, user_id: str | None = None) -> dict[str, int]:
         """Rebuild every overlay of one user (or of all users) from the log."""
