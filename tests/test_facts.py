@@ -304,14 +304,36 @@ def test_a_move_in_legs_is_the_move_to_the_last_place() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        # a leg's time is the phrase right after its place, not another clause's
+        ("I moved to Paris and then to Rome and started a job there in 2019.",
+         "Melanie moved to Paris, then to Rome, and lives in Rome."),
+        ("I moved to Paris and later to Rome where I met Sam last week.",
+         "Melanie moved to Paris, then to Rome, and lives in Rome."),
+        ("I moved to Paris in 2010 and then to Rome in 2015 and my sister moved to Oslo in 2018.",
+         "Melanie moved to Paris in 2010, then to Rome in 2015, and lives in Rome. | "
+         "Melanie's sister moved to Oslo in 2018, and lives in Oslo."),
+        # a hedged move keeps its legs, and says nothing of where one lives
+        ("Maybe I moved to Paris in 2010 and to Rome in 2015.", "Perhaps Melanie moved to Paris in 2010, then to Rome in 2015."),
+    ],
+)  # fmt: skip
+def test_each_leg_of_a_move_keeps_its_own_time(text: str, expected: str) -> None:
+    assert " | ".join(f.text for f in facts(text)) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
         ("I moved to St. Louis. It is great.", "Melanie moved to St. Louis, and lives in St. Louis."),
         ("My sister lives in St. Paul.", "Melanie's sister lives in St. Paul."),
         ("I met Dr. Lee yesterday.", "Melanie met Dr. Lee on 7 May 2023."),
         ("I love sports, e.g. hiking.", "Melanie loves sports."),
+        # ... unless a name ends there
+        ("I live on Main St. My sister lives in Oslo.", "Melanie lives on Main St. | Melanie's sister lives in Oslo."),
+        ("I met John Smith Jr. He is a doctor.", "Melanie met John Smith Jr."),
     ],
 )
 def test_an_abbreviation_ends_no_sentence(text: str, expected: str) -> None:
-    assert [f.text for f in facts(text)] == [expected]
+    assert " | ".join(f.text for f in facts(text)) == expected
 
 
 def test_only_a_lowercase_us_is_the_speaker() -> None:

@@ -34,6 +34,7 @@ from mnemoplan.extract.lexicon import (
     MODALS,
     NEEDS_PARTICLE,
     NOT_PROGRESSIVE,
+    NOT_SENTENCE_ENDS,
     NOT_SUBJECTS,
     PARTICIPLE,
     PARTICLES,
@@ -50,6 +51,7 @@ from mnemoplan.extract.lexicon import (
     SMALL_TALK,
     STANDALONE_STATES,
     STATES,
+    TITLES,
     UNRESOLVED,
     VAGUE_OBJECTS,
     VAGUE_START,
@@ -75,11 +77,12 @@ SLOTS = MappingProxyType({
 # A later leg of the same move, which is where one lives now: "...to Paris in 2010 and to Rome".
 # It follows straight on from the place before it (and that place's time: "in 2015", "last
 # year"); "...and my sister moved to Lyon and then to Rome" is another clause's.
+_LEG_TIME = r"\s+(?:in|on|since|during|around|last|this)(?:\s+[\w']+){1,3}"  # "in 2015", "last year"
 _LATER_LEG = re.compile(
-    r"(?:\s+(?:in|on|since|during|around|last|this)(?:\s+[\w']+){1,3}?)?"
-    r"(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+",
+    rf"(?:{_LEG_TIME}?)?(?:,|\s)\s*(?:and|then|later|finally)(?:\s+(?:then|later|finally))*\s+(?:back\s+)?to\s+",
     re.I,
 )
+_LEG_TIME_AFTER = re.compile(_LEG_TIME, re.I)
 _CLAUSE_END = re.compile(r"[,;:!?]|\.(?:\s+[a-z]|\s*$)")  # not the dot of "St. Louis"
 
 
@@ -158,7 +161,7 @@ def _place(obj: str) -> str:
 def _later_legs(after: str, offset: int, mentions: list[TimeMention]) -> list[tuple[str, list[TimeMention]]]:
     """The later legs of a move that the rest of its sentence (``after``, at ``offset`` in the
     sentence) goes on to, each a place and its own times: "...to Paris in 2010 and to Rome in
-    2015" gives [("Rome", [2015])]. A leg's times are those up to the next leg or the clause's end."""
+    2015" gives [("Rome", [2015])]. A leg's times are those in the phrase right after its place."""
     found: list[tuple[str, int]] = []  # each leg's place and where it starts in ``after``
     pos = 0
     while leg := _LATER_LEG.match(after, pos):
@@ -168,9 +171,9 @@ def _later_legs(after: str, offset: int, mentions: list[TimeMention]) -> list[tu
         found.append((name, leg.end()))
         pos = leg.end() + len(name)
     legs = []
-    for i, (name, start) in enumerate(found):
-        end = _CLAUSE_END.search(after, start + len(name))
-        stop = min(found[i + 1][1] if i + 1 < len(found) else len(after), end.start() if end else len(after))
+    for name, start in found:
+        time = _LEG_TIME_AFTER.match(after, start + len(name))
+        stop = time.end() if time else start + len(name)
         legs.append((name, [t for t in mentions if offset + start <= t.position < offset + stop]))
     return legs
 
@@ -407,7 +410,17 @@ def _object_key(obj: str, names: list[tuple[str, str]]) -> str:
 
 def _sentences(text: str) -> list[str]:
     text = CONTROL.sub(" ", text).replace("’", "'").replace("‘", "'")
-    return [s.strip()[:_MAX_SENTENCE_CHARS] for s in SENTENCE_END.split(text) if s.strip()][:_MAX_SENTENCES]
+    out: list[str] = []
+    for part in SENTENCE_END.split(text):
+        if not part.strip():
+            continue
+        words = out[-1].split() if out else [""]
+        last, before = words[-1], words[-2] if len(words) > 1 else ""
+        if last in NOT_SENTENCE_ENDS or (last in TITLES and not before[:1].isupper()):  # "to St.", "Main St."
+            out[-1] = f"{out[-1]} {part.strip()}"
+        else:
+            out.append(part.strip())
+    return [s[:_MAX_SENTENCE_CHARS] for s in out][:_MAX_SENTENCES]
 
 
 def _clauses(sentence: str) -> list[tuple[str, int, bool]]:
@@ -498,16 +511,16 @@ def extract_facts(
             confidence = subject.confidence
             if hedged:
                 confidence = min(confidence, _HEDGED) - (0.1 if confidence < _CONFIDENT else 0.0)
-            slot = "" if hedged else SLOTS.get(pred.canonical(), "")
+            slot = SLOTS.get(pred.canonical(), "")
             legs = _later_legs(sentence[end:], end, mentions) if slot else []
-            if legs:  # the legs' own times are theirs, not the first leg's
-                own = [t for t in own if not any(t in times for _, times in legs)]
+            if legs:  # times after the first leg's clause are the later legs', or another clause's
+                own = [t for t in own if t.position < end]
             body = f"{subject.display} {pred.surface(subject.plural)} {obj}" + (_time_phrase(own) if own else "")
             state = _state(subject, slot, legs[-1][0] if legs else _place(obj))
             if state and legs:  # a move in several legs ends where one lives now: the fact is that move
                 body += "".join(f", then to {place}" + (_time_phrase(times) if times else "") for place, times in legs)
                 obj, own = legs[-1][0], own + [t for _, times in legs for t in times]
-            text = body[:1].upper() + body[1:] + state + "."
+            text = body[:1].upper() + body[1:] + ("" if hedged else state) + "."
             fact = FactCandidate(
                 subject=subject.display,
                 predicate=pred.canonical(),

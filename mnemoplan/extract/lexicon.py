@@ -174,12 +174,12 @@ CLAUSE_BREAK = re.compile(
     re.I,
 )
 INFINITIVE = re.compile(r"\s+to\s+(?:[a-z]+ly\s+)?([a-z]+)")
-# A title's or a place's abbreviation does not end a sentence: "Dr. Lee", "St. Louis", "e.g. yoga".
+SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|\s*\n+\s*")
+# Abbreviations whose dot ends no sentence: "e.g. yoga"; a title or a place before a name
+# ("Dr. Lee", "to St. Louis"), unless a name ends there ("on Main St. My sister ...").
 PLACE_ABBREVIATIONS = frozenset({"St.", "Mt.", "Ft."})
-_ABBREVIATIONS = (*sorted(a[:-1] for a in PLACE_ABBREVIATIONS), "Dr", "Mr", "Mrs", "Ms", "Jr", "Sr", "Prof", "vs", "e.g", "i.e")
-SENTENCE_END = re.compile(
-    r"(?<=[.!?…])" + "".join(rf"(?<!\b{re.escape(a)}\.)" for a in _ABBREVIATIONS) + r"\s+|\s*\n+\s*"
-)
+TITLES = PLACE_ABBREVIATIONS | {"Dr.", "Mr.", "Mrs.", "Ms.", "Prof."}
+NOT_SENTENCE_ENDS = frozenset({"e.g.", "i.e.", "vs."})
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 CONTRACTIONS = tuple((re.compile(p), r) for p, r in (
     (r"\b([Ii])'m\b", r"\1 am"), (r"\b([Ii]|[Ww]e|[Yy]ou|[Tt]hey)'ve\b", r"\1 have"),
