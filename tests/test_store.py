@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -209,14 +210,21 @@ def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
     which takes seconds at 100k records; writes go on meanwhile and reach the new index."""
     data = tmp_path / "data"
     svc = make_service(data)
-    reading, release = threading.Event(), threading.Event()
-    read_all = svc.store.log.doc_records
+    reading, release = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
+    read_all, rebuilds = svc.store.log.doc_records, []
 
     def slow_read(where: str) -> list:
-        if where == "user_id = 'u'" and not release.is_set():  # the rebuild's read of every record
-            reading.set()
-            release.wait(60)
-        return read_all(where)
+        rows = read_all(where)
+        if where == "user_id = 'u'":  # a rebuild has read every record: each waits to be let go
+            n = len(rebuilds)
+            rebuilds.append(n)
+            reading[n].set()
+            release[n].wait(60)
+        return rows
+
+    def indexed() -> set[str]:
+        svc.store.wait_for_writes("u")
+        return svc.store.bm25.ids("u")
 
     try:
         ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
@@ -224,25 +232,32 @@ def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
         monkeypatch.setattr(svc.store.log, "doc_records", slow_read)
         forgets = [threading.Thread(target=svc.forget, kwargs={"ids": [rid], "user_id": "u"}) for rid in ids[1:4:2]]
         forgets[0].start()
-        assert reading.wait(60)
+        assert reading[0].wait(60)
         writer = threading.Thread(target=say, args=(svc, "u", "s", ("Ann", "written meanwhile WHILE7KK")))
         writer.start()
         writer.join(timeout=60)
         assert not writer.is_alive()  # not held up by the rebuild
-        forgets[1].start()  # its delete goes ahead; its own rebuild waits for the first
-        forgets[1].join(timeout=2)
-        svc.store.wait_for_writes("u")
-        found = {rid for rid, _ in svc.store.bm25.search("u", "marker WHILE7KK", 10)}
-        assert len(found) == 4 and not found & {ids[1], ids[3]}
-        release.set()
-        for forget in forgets:
-            forget.join(timeout=60)
-            assert not forget.is_alive()
-        assert svc.store.bm25.ids("u") == {r["id"] for r in svc.store.log.select("user_id = 'u'", ["id"])}
+        forgets[1].start()  # its delete goes ahead; its own rebuild waits for the first's
+        deadline = time.monotonic() + 60
+        while ids[3] in indexed() and time.monotonic() < deadline:  # its delete, in the old index
+            time.sleep(0.01)
+        (new,) = indexed() - set(ids)
+        assert indexed() == {ids[0], ids[2], ids[4], new}  # read while the first rebuild runs
+        release[0].set()
+        forgets[0].join(timeout=60)
+        assert not forgets[0].is_alive() and reading[1].wait(60)
+        # The first rebuild's index took the write and the second delete made while it ran;
+        # the second forget's purge is still to come.
+        assert indexed() == {ids[0], ids[2], ids[4], new}
+        assert [i.op for i in svc.store.journal.pending()] == ["purge"]
+        release[1].set()
+        forgets[1].join(timeout=60)
+        assert not forgets[1].is_alive()
         assert on_disk(data, "HIDE1KK") == on_disk(data, "HIDE3KK") == [] and on_disk(data, "HIDE2KK")
-        assert [rid for rid, _ in svc.store.bm25.search("u", "WHILE7KK", 10)] and svc.store.journal.pending() == []
+        assert indexed() == {ids[0], ids[2], ids[4], new} and svc.store.journal.pending() == []
     finally:
-        release.set()
+        for event in release:
+            event.set()
         svc.close()
 
 

@@ -219,6 +219,8 @@ class BM25Index:
             return 0
         with self._locked(user_id, create=False) as handle:
             if handle is None:
+                with self._lock:  # a rebuild may have read them before they left the log
+                    self._note(user_id, ids)
                 return 0
             searcher = handle.index.searcher()
             present = sum(searcher.doc_freq("id", rid) for rid in ids)
@@ -260,6 +262,8 @@ class BM25Index:
             rebuild_lock = self._rebuild_locks.setdefault(user_id, threading.Lock())
         with rebuild_lock:
             with self._lock:
+                if self._closed:
+                    return 0
                 self._touched[user_id] = set()
             target = self._dir(user_id)
             fresh = target.with_name(target.name + ".new")
@@ -269,6 +273,7 @@ class BM25Index:
                 index = tantivy.Index(self._schema, path=str(fresh), reuse=False)
                 index.register_tokenizer(_ANALYZER_NAME, _analyzer())
                 self._write(index, [], docs(None))
+                self._write(index, *self._catch_up(user_id, docs, final=False))  # the bulk, off the locks
                 return self._swap(user_id, index, fresh, docs)
             finally:
                 with self._lock:
@@ -285,34 +290,50 @@ class BM25Index:
         writer.commit()
         writer.wait_merging_threads()
 
+    def _catch_up(
+        self, user_id: str, docs: Callable[[set[str] | None], Iterable[BM25Doc]], *, final: bool
+    ) -> tuple[list[str], Iterable[BM25Doc]]:
+        """The ids written since the rebuild began or last caught up, and their documents now;
+        noting starts afresh (the caller holds the locks when ``final``, and noting ends)."""
+        with self._lock:
+            handle = self._open.get(user_id)
+            with handle.lock if handle is not None and not final else nullcontext():
+                touched = self._touched.pop(user_id) if final else self._touched[user_id]
+                if not final:
+                    self._touched[user_id] = set()
+        return sorted(touched), docs(touched) if touched else []
+
     def _swap(
         self, user_id: str, index: tantivy.Index, fresh: Path, docs: Callable[[set[str] | None], Iterable[BM25Doc]]
     ) -> int:
         """Carry the writes made during a rebuild into its fresh index and swap it in."""
         target = self._dir(user_id)
+        old = target.with_name(target.name + ".old")
         with self._lock:  # no handle opens meanwhile, and the open one's writes are done
-            handle = self._open.pop(user_id, None)
+            handle = self._open.get(user_id)
             with handle.lock if handle is not None else nullcontext():
-                touched = self._touched.pop(user_id)
                 if self._closed or user_id in self._dropped:
-                    if handle is not None and not handle.closed:
-                        self._open[user_id] = handle
                     return 0
-                if touched:
-                    self._write(index, sorted(touched), docs(touched))
+                gone, carried = self._catch_up(user_id, docs, final=True)
+                if gone:
+                    self._write(index, gone, carried)
                 index.reload()
                 count = index.searcher().num_docs
-                del index
                 if handle is not None:
+                    del self._open[user_id]
                     handle.close()
-                old = target.with_name(target.name + ".old")
                 if target.exists():
                     target.rename(old)
                 fresh.rename(target)
-                shutil.rmtree(old, ignore_errors=True)
-                if count == 0:
-                    shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+        if count == 0:
+            self._drop_if_empty(user_id)
         return count
+
+    def _drop_if_empty(self, user_id: str) -> None:
+        with self._lock:
+            if user_id not in self._open:  # nobody wrote to it since
+                shutil.rmtree(self._dir(user_id), ignore_errors=True)
 
     def ids(self, user_id: str) -> set[str]:
         """Every record id indexed for a user (for repair checks)."""
@@ -326,10 +347,15 @@ class BM25Index:
         return {searcher.doc(addr)["id"][0] for _, addr in hits}
 
     def close(self) -> None:
-        """Finish merges and release every writer (a rebuild still running is dropped)."""
+        """Finish merges and release every writer (a rebuild still running is dropped, once
+        it stops writing)."""
         with self._lock:
             self._closed = True
             users = list(self._open)
+            rebuilds = list(self._rebuild_locks.values())
+        for rebuild_lock in rebuilds:
+            with rebuild_lock:
+                pass
         for user_id in users:
             self._close_user(user_id)
 
