@@ -273,7 +273,9 @@ class BM25Index:
                 index = tantivy.Index(self._schema, path=str(fresh), reuse=False)
                 index.register_tokenizer(_ANALYZER_NAME, _analyzer())
                 self._write(index, [], docs(None))
-                self._write(index, *self._catch_up(user_id, docs, final=False))  # the bulk, off the locks
+                gone, carried = self._catch_up(user_id, docs, final=False)  # most of them, off the locks
+                if gone:
+                    self._write(index, gone, carried)
                 return self._swap(user_id, index, fresh, docs)
             finally:
                 with self._lock:
