@@ -273,9 +273,7 @@ class BM25Index:
                 index = tantivy.Index(self._schema, path=str(fresh), reuse=False)
                 index.register_tokenizer(_ANALYZER_NAME, _analyzer())
                 self._write(index, [], docs(None))
-                gone, carried = self._catch_up(user_id, docs, final=False)  # most of them, off the locks
-                if gone:
-                    self._write(index, gone, carried)
+                self._carry(index, self._taken(user_id), docs)  # most of them, off the locks
                 return self._swap(user_id, index, fresh, docs)
             finally:
                 with self._lock:
@@ -292,18 +290,18 @@ class BM25Index:
         writer.commit()
         writer.wait_merging_threads()
 
-    def _catch_up(
-        self, user_id: str, docs: Callable[[set[str] | None], Iterable[BM25Doc]], *, final: bool
-    ) -> tuple[list[str], Iterable[BM25Doc]]:
-        """The ids written since the rebuild began or last caught up, and their documents now;
-        noting starts afresh (the caller holds the locks when ``final``, and noting ends)."""
+    def _taken(self, user_id: str) -> set[str]:
+        """The ids noted since the rebuild began or last took them; noting goes on afresh."""
         with self._lock:
             handle = self._open.get(user_id)
-            with handle.lock if handle is not None and not final else nullcontext():
-                touched = self._touched.pop(user_id) if final else self._touched[user_id]
-                if not final:
-                    self._touched[user_id] = set()
-        return sorted(touched), docs(touched) if touched else []
+            with handle.lock if handle is not None else nullcontext():
+                touched, self._touched[user_id] = self._touched[user_id], set()
+        return touched
+
+    def _carry(self, index: tantivy.Index, touched: set[str], docs: Callable[[set[str] | None], Iterable[BM25Doc]]) -> None:
+        """Replace the fresh index's documents of ids written meanwhile with their current ones."""
+        if touched:
+            self._write(index, sorted(touched), docs(touched))
 
     def _swap(
         self, user_id: str, index: tantivy.Index, fresh: Path, docs: Callable[[set[str] | None], Iterable[BM25Doc]]
@@ -316,9 +314,7 @@ class BM25Index:
             with handle.lock if handle is not None else nullcontext():
                 if self._closed or user_id in self._dropped:
                     return 0
-                gone, carried = self._catch_up(user_id, docs, final=True)
-                if gone:
-                    self._write(index, gone, carried)
+                self._carry(index, self._touched.pop(user_id), docs)  # noting ends
                 index.reload()
                 count = index.searcher().num_docs
                 if handle is not None:

@@ -463,9 +463,9 @@ class MemoryStore:
         write-ahead log. Returns False if the store was closed first (the purge's intent then
         runs it at the next start). Without ``intent``, every pending purge (start-up repair).
 
-        None of it holds the write lock for long, and every ``remember`` goes on meanwhile;
-        the deleted records are out of every search already. The BM25 rebuild runs beside
-        writes (``BM25Index.rebuild``; ~5 s at 100k records). The rest must not race a
+        The deleted records are out of every search already. The BM25 rebuild runs beside
+        writes (``BM25Index.rebuild``; ~5 s at 100k records). The rest holds the write lock
+        (the log's rewrite of a fragment that held a deleted row: ~3 s at 100k), and must not race a
         maintenance run (dropping old versions under a compaction, or an index built from rows
         it rewrites), and a run can take a minute (the vector index at 100k records: ~55 s):
         it waits for the run without the write lock, then takes both locks, in the order
