@@ -106,6 +106,13 @@ def test_a_denial_or_the_same_place_again_replaces_nothing(service: MemoryServic
     assert {r["text"] for r in said if r["superseded_by"]} == {"I live in Lyon"}
 
 
+def test_a_denial_of_an_irregular_verb_contradicts_the_claim(service: MemoryService) -> None:
+    for i, text in enumerate(["I have a red car", "I don't have a red car"]):
+        service.remember(messages=[MessageIn(content=text, speaker="Zoe")], user_id="u", session_id=f"s{i}")
+    claim, denial = sorted(service.store.log.records("user_id = 'u' AND kind = 'fact'"), key=lambda f: "not" in f.text)
+    assert denial.metadata["contradicts"] == claim.id  # "does not have" is "has" denied, not "haves"
+
+
 def test_a_hedged_move_does_not_replace_a_place_said_for_sure(service: MemoryService) -> None:
     texts = ["I live in Lyon", "I think I moved to Porto, not sure", "We moved to Paris"]
     for i, text in enumerate(texts):

@@ -15,6 +15,7 @@ from datetime import datetime
 import numpy as np
 
 from mnemoplan.extract.facts import HEDGED_CONFIDENCE, SLOTS, FactCandidate
+from mnemoplan.extract.lexicon import conjugate
 from mnemoplan.extract.summary import EpisodeSummary
 from mnemoplan.model import EntityMention, Record
 
@@ -122,16 +123,6 @@ class FactDecision:
     contradicts: str = ""
 
 
-def _third_person(verb: str) -> str:
-    if not verb:
-        return verb
-    if verb.endswith(("s", "sh", "ch", "x", "z", "o")):
-        return verb + "es"
-    if verb.endswith("y") and len(verb) > 1 and verb[-2] not in "aeiou":
-        return verb[:-1] + "ies"
-    return verb + "s"
-
-
 def is_hedged(meta: dict) -> bool:
     """Whether a fact was said unsure. Facts stored before they said so, and an LLM's, which
     never say: as unsure as a hedge counts as one."""
@@ -145,7 +136,7 @@ def base_predicate(predicate: str) -> str:
     if words[:2] in (["does", "not"], ["is", "not"], ["has", "not"]):
         rest = words[2:]
         if words[0] == "does":  # "does not live in" -> "lives in", "does not study" -> "studies"
-            rest = [_third_person(rest[0]), *rest[1:]] if rest else []
+            rest = [conjugate(rest[0])[0], *rest[1:]] if rest else []
         else:
             rest = [words[0], *rest]
         predicate = " ".join(rest)
