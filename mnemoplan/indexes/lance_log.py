@@ -40,6 +40,14 @@ from mnemoplan.model.records import (
 
 log = logging.getLogger(__name__)
 
+# Lance does its CPU work (encoding an append, building an index, compacting) on a pool of
+# max(1, cores - 2) threads, sized once, at its first use. On a machine of up to three cores
+# that is one thread: building the vector index (~45 s at 100k rows) held it, and every append
+# to any table waited for the whole build (a `remember` blocked 10-40 s). A second thread lets
+# appends through (at most 65-80 ms during a build, which took as long). A value set by the
+# user stands.
+os.environ.setdefault("LANCE_CPU_THREADS", str(max(2, (os.cpu_count() or 1) - 2)))
+
 TABLE = "records"
 OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
 KEYS_TABLE = "user_keys"
