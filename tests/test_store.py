@@ -264,6 +264,54 @@ def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
         svc.close()
 
 
+def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log's rewrite of the fragment that held a forgotten row takes seconds at 100k
+    records. Appends go on meanwhile, and so do the update that replaces a session's summary
+    and a second forget's delete; only the end of the purge holds writes up."""
+    data = tmp_path / "data"
+    svc = make_service(data)
+    rewriting, release = threading.Event(), threading.Event()
+    rewrite = svc.store.log._rewrite_fragment
+
+    def slow_rewrite(table: object, key: str, fragment: int, batch: int = 20_000) -> None:
+        rewriting.set()
+        release.wait(60)
+        rewrite(table, key, fragment, batch)
+
+    def episodes() -> set[str]:
+        return {r["id"] for r in svc.store.log.select("user_id = 'u' AND kind = 'episode'", ["id"])}
+
+    try:
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(10)])
+        (summary,) = episodes()
+        svc.store.wait_for_writes("u")
+        svc.store.log.maintain()  # one compacted fragment holds every row
+        monkeypatch.setattr(svc.store.log, "_rewrite_fragment", slow_rewrite)
+        forgets = [threading.Thread(target=svc.forget, kwargs={"ids": [rid], "user_id": "u"}) for rid in ids[:2]]
+        forgets[0].start()
+        assert rewriting.wait(60)
+        turns = [("Ann", f"written meanwhile WHILE{i}KK") for i in range(10)]  # ten more: a new summary
+        writer = threading.Thread(target=say, args=(svc, "u", "s", *turns))
+        writer.start()
+        writer.join(timeout=30)
+        assert not writer.is_alive()
+        assert len(episodes()) == 1 and summary not in episodes()  # the old summary was deleted
+        forgets[1].start()
+        deadline = time.monotonic() + 60
+        while svc.store.log.count(f"id = '{ids[1]}'") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert svc.store.log.count(f"id = '{ids[1]}'") == 0 and forgets[1].is_alive()  # deleted; to purge
+        release.set()
+        for forget in forgets:
+            forget.join(timeout=60)
+            assert not forget.is_alive()
+        assert on_disk(data, "HIDE0KK") == on_disk(data, "HIDE1KK") == [] and on_disk(data, "HIDE2KK")
+        assert on_disk(data, "WHILE9KK") and svc.store.journal.pending() == []
+    finally:
+        release.set()
+        svc.close()
+
+
 def test_a_bm25_rebuild_carries_over_what_was_written_while_it_ran(tmp_path: Path) -> None:
     from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
 
@@ -309,7 +357,7 @@ def test_a_purge_cut_short_is_done_at_the_next_start(tmp_path: Path, monkeypatch
     svc.store.wait_for_writes("u")
     svc.store.log.maintain()
     with monkeypatch.context() as patch:
-        patch.setattr(LanceLog, "purge", lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
+        patch.setattr(LanceLog, "rewrite_deleted", lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
         with pytest.raises(RuntimeError):
             svc.forget(ids=[ids[0]], user_id="u")
     assert svc.store.log.count("user_id = 'u'") == 4  # deleted, not yet purged

@@ -197,7 +197,8 @@ class LanceLog:
         self.cache = RecordCache(cache_records)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
         # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
-        self._rewrite_lock = threading.Lock()
+        # Reentrant: a purge holds it and rewrites fragments, each batch of which takes it.
+        self._rewrite_lock = threading.RLock()
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
         path.mkdir(parents=True, exist_ok=True)
@@ -438,30 +439,53 @@ class LanceLog:
         scratch.write_text(json.dumps({k: sorted(v) for k, v in self._to_rewrite.items()}), encoding="utf-8")
         os.replace(scratch, self._rewrites)
 
-    def purge(self) -> None:
-        """Rewrite the fragments that hold deleted rows and drop every old version, so deleted
-        bytes leave the disk.
+    def rewrite_deleted(self) -> None:
+        """Rewrite the fragments that hold rows deleted so far, and drop every old version, so
+        deleted bytes leave the disk; runs beside appends (``drop_unreferenced`` ends a purge).
 
         A delete only marks rows. Compaction rewrites a fragment for its deletions alone once
         a tenth of its rows are gone, and never merges fragments under different deltas of the
         vector index: one message forgotten out of forty, or out of a 100k-record log, stayed
         in its file. So each such fragment's remaining rows are written again, unchanged (a
         merge on the key, in batches: every batch is one commit, no reader misses a row), and
-        a fragment left with no rows leaves the table. ~3 s for a 100k-record fragment.
+        a fragment left with no rows leaves the table: ~3 s for a 100k-record fragment.
+        Updates and deletes wait for one batch at a time (~0.6 s there), not for the whole.
+        Fragments noted meanwhile wait for the next purge: what they hold was not yet deleted
+        when this one began.
         """
+        with self._rewrite_lock:
+            noted = {name: sorted(fragments) for name, fragments in self._to_rewrite.items()}
+        for table, key in self._keyed_tables():
+            fragments = noted.get(table.name, [])
+            for fragment in fragments:
+                self._rewrite_fragment(table, key, fragment)
+            with self._rewrite_lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if table is self._table and fragments:
+                    self._drop_index_copies()
+                table.optimize(cleanup_older_than=timedelta(0))  # the rewritten fragments' files go
+                self._to_rewrite[table.name] = self._to_rewrite.get(table.name, set()) - set(fragments)
+                self._save_to_rewrite()
+
+    def drop_unreferenced(self) -> None:
+        """Delete every file no version refers to: a failed commit's (a compaction an update
+        preempted could have copied a row deleted since). Must not run beside an append, whose
+        files look the same until it commits."""
         with self._rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for table, key in ((self._table, "id"), (self._keys, "user_id")):
-                if table is None:
-                    continue
-                rewrite = sorted(self._to_rewrite.get(table.name, ()))
-                for fragment in rewrite:
-                    self._rewrite_fragment(table, key, fragment)
-                if table is self._table and rewrite:
-                    self._drop_index_copies()
+            for table, _ in self._keyed_tables():
                 table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-            self._to_rewrite.clear()
-            self._save_to_rewrite()
+
+    def purge(self) -> None:
+        """Take every deleted row's bytes off the disk (``rewrite_deleted``, then
+        ``drop_unreferenced``); must not run beside an append."""
+        with self._rewrite_lock:
+            self.rewrite_deleted()
+            self.drop_unreferenced()
+
+    def _keyed_tables(self) -> list[tuple[Any, str]]:
+        """The tables a purge rewrites, with the column that keys their rows."""
+        return [(table, key) for table, key in ((self._table, "id"), (self._keys, "user_id")) if table is not None]
 
     def _drop_index_copies(self) -> None:
         """Indexes keep their own copies of what they index: the ids and session ids of deleted
@@ -476,10 +500,11 @@ class LanceLog:
         if "vector_idx" in names:
             self._table.drop_index("vector_idx")
 
-    @staticmethod
-    def _rewrite_fragment(table: Any, key: str, fragment: int, batch: int = 20_000) -> None:
+    def _rewrite_fragment(self, table: Any, key: str, fragment: int, batch: int = 20_000) -> None:
         """Write a fragment's rows again: the old copies are marked, the fragment goes when
-        all are. Row ids here are row addresses: the fragment in the high 32 bits."""
+        all are. Row ids here are row addresses: the fragment in the high 32 bits. Each batch
+        is read and written under the rewrite lock; an update between two moves its row out
+        of the fragment, and the next batch does not see it."""
         base = fragment << 32
         here = f"_rowid >= {base} AND _rowid < {base + (1 << 32)}"
         offsets = table.search().where(here).with_row_id(True).select([]).limit(None).to_arrow()
@@ -487,10 +512,11 @@ class LanceLog:
             return
         end = int(pc.max(offsets.column("_rowid")).as_py()) + 1
         for start in range(base, end, batch):
-            rows = table.search().where(f"_rowid >= {start} AND _rowid < {min(start + batch, end)}").limit(None)
-            rows = rows.to_arrow()
-            if rows.num_rows:
-                table.merge_insert(key).when_matched_update_all().execute(rows)
+            with self._rewrite_lock:
+                rows = table.search().where(f"_rowid >= {start} AND _rowid < {min(start + batch, end)}").limit(None)
+                rows = rows.to_arrow()
+                if rows.num_rows:
+                    table.merge_insert(key).when_matched_update_all().execute(rows)
 
     # -- per-user secrets ----------------------------------------------------------------
 
@@ -513,7 +539,7 @@ class LanceLog:
 
     def drop_user_salt(self, user_id: str) -> None:
         """Destroy a user's secret: what the graph kept of them can no longer be linked to names."""
-        with self._lock:
+        with self._lock, self._rewrite_lock:  # the rewrite lock: it guards the noted fragments
             self._salts.pop(user_id, None)
             self._delete(self._keys, f"user_id = {sql_str(user_id)}")
 

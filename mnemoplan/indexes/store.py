@@ -463,39 +463,38 @@ class MemoryStore:
         write-ahead log. Returns False if the store was closed first (the purge's intent then
         runs it at the next start). Without ``intent``, every pending purge (start-up repair).
 
-        The deleted records are out of every search already. The BM25 rebuild runs beside
-        writes (``BM25Index.rebuild``; ~5 s at 100k records). The rest holds the write lock
-        (the log's rewrite of a fragment that held a deleted row: ~3 s at 100k), and must not race a
-        maintenance run (dropping old versions under a compaction, or an index built from rows
-        it rewrites), and a run can take a minute (the vector index at 100k records: ~55 s):
-        it waits for the run without the write lock, then takes both locks, in the order
-        ``close`` does. Each purge does every purge intent's work whose user's BM25 index was
-        rebuilt after it began: one whose ``intent`` another purge did has nothing left to do."""
+        The deleted records are out of every search already, and most of this runs beside
+        writes: the BM25 rebuild (``BM25Index.rebuild``; ~5 s at 100k records), then the log's
+        rewrite of the fragments that held them (``LanceLog.rewrite_deleted``; ~5 s there).
+        Only the last step holds the write lock: deleting the files no version refers to
+        (``LanceLog.drop_unreferenced``), which a running append's files would look like.
+        It must not race a maintenance run (dropping old versions under a compaction, or an
+        index built from rows it rewrites), and a run can take a minute (the vector index at
+        100k records: ~45 s), so it takes the maintenance lock first, then the write lock, in
+        the order ``close`` does. Each purge does the work of every purge intent whose user's
+        BM25 index was rebuilt after it began: one whose ``intent`` another purge did has
+        nothing left to do."""
         with self._write_lock:
             begun = {t: p for t, p in self._purges.items() if intent is None or p.user_id == intent.user_id}
         for user_id in sorted({p.user_id for p in begun.values()}):
             self.rebuild_bm25(user_id)
         with self._write_lock:
             self._rebuilt.update(begun)
-        while True:
-            with self._maintenance_lock:
-                pass
+        with self._maintenance_lock:
             with self._write_lock:
-                if not self._maintenance_lock.acquire(blocking=False):
-                    continue  # another run started in between
-                try:
-                    if self._closed:
-                        return False
-                    if intent is not None and intent.token not in self._purges:
-                        return True
-                    self.log.purge()
-                    self.graph.checkpoint()
-                    for token in self._rebuilt & self._purges.keys():
-                        self.journal.done(self._purges.pop(token))
-                    self._rebuilt.clear()
+                if self._closed:
+                    return False
+                if intent is not None and intent.token not in self._purges:
                     return True
-                finally:
-                    self._maintenance_lock.release()
+                covered = self._rebuilt & self._purges.keys()  # their deletes are all in the log already
+            self.log.rewrite_deleted()
+            self.graph.checkpoint()
+            with self._write_lock:
+                self.log.drop_unreferenced()
+                for token in covered:
+                    self.journal.done(self._purges.pop(token))
+                self._rebuilt -= covered
+            return True
 
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret."""
@@ -586,11 +585,12 @@ class MemoryStore:
         pending = self.journal.pending()
         for intent in pending:
             log.warning("repairing an interrupted %s (%d record(s))", intent.op, len(intent.ids))
+            if intent.op == "drop_user":  # outside the write lock: a purge takes the maintenance lock first
+                self.drop_user(intent.user_id)  # purges, under intents of its own
+                self.journal.done(intent)
+                continue
             with self._write_lock:
-                if intent.op == "drop_user":
-                    self.drop_user(intent.user_id)  # purges, under intents of its own
-                    self.journal.done(intent)
-                elif intent.op == "delete":
+                if intent.op == "delete":
                     self._delete_now(intent.user_id, DeleteReport(ids=list(intent.ids)))
                     self._purge_later(intent)
                 elif intent.op == "add":
@@ -674,7 +674,7 @@ class MemoryStore:
                 self._flush_counts()
             except Exception:  # counts are bookkeeping: closing the stores matters more
                 log.exception("mention and access counts could not be written at close")
-        with self._write_lock, self._maintenance_lock:
+        with self._maintenance_lock, self._write_lock:  # the order a purge takes them in
             self.bm25.close()
             try:
                 self.graph.checkpoint()
