@@ -14,6 +14,7 @@ import pytest
 
 from mnemoplan.errors import DataDirLocked
 from mnemoplan.indexes.ingest import NewMemory
+from mnemoplan.indexes.lance_log import _usable_cpus
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import MessageIn, Record, TimeRange
 from mnemoplan.server.service import MemoryService
@@ -146,6 +147,15 @@ def on_disk(root: Path, needle: str) -> list[str]:
     """Files under ``root`` whose bytes hold ``needle``."""
     raw = needle.encode()
     return [str(f) for f in root.rglob("*") if f.is_file() and raw in f.read_bytes()]
+
+
+def test_a_forget_leaves_no_sentence_in_the_summary_caches(service: MemoryService) -> None:
+    from mnemoplan.extract import summary
+
+    ids = say(service, "u", "s", *[("Ann", f"note {i} about the secret garden HIDE{i}KK") for i in range(10)])
+    assert summary._tokenize.cache_info().currsize and summary._mentions.cache_info().currsize  # summarised
+    service.forget(ids=[ids[0]], user_id="u")
+    assert summary._tokenize.cache_info().currsize == summary._mentions.cache_info().currsize == 0
 
 
 @pytest.mark.parametrize("scope", ["id", "session", "user"])
@@ -348,7 +358,10 @@ def test_a_bm25_rebuild_carries_over_what_was_written_while_it_ran(tmp_path: Pat
     index.close()
 
 
-def test_a_purge_cut_short_is_done_at_the_next_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("step", ["rewrite_deleted", "drop_unreferenced"])
+def test_a_purge_cut_short_is_done_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
     from mnemoplan.indexes.lance_log import LanceLog
 
     data = tmp_path / "data"
@@ -357,7 +370,7 @@ def test_a_purge_cut_short_is_done_at_the_next_start(tmp_path: Path, monkeypatch
     svc.store.wait_for_writes("u")
     svc.store.log.maintain()
     with monkeypatch.context() as patch:
-        patch.setattr(LanceLog, "rewrite_deleted", lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
+        patch.setattr(LanceLog, step, lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
         with pytest.raises(RuntimeError):
             svc.forget(ids=[ids[0]], user_id="u")
     assert svc.store.log.count("user_id = 'u'") == 4  # deleted, not yet purged
@@ -854,7 +867,7 @@ def test_a_record_added_while_a_catalog_is_read_is_not_missed() -> None:
 
 
 BUILD_BESIDE_APPENDS = """
-import sys, threading, time
+import os, sys, threading, time
 from datetime import UTC, datetime
 from pathlib import Path
 import numpy as np
@@ -880,7 +893,7 @@ while build.is_alive():
     n += 1
     time.sleep(0.02)
 build.join()
-print(max(waits), time.perf_counter() - began)
+print(max(waits, default=0.0), time.perf_counter() - began, os.environ.get("LANCE_CPU_THREADS"))
 """
 
 
@@ -893,5 +906,7 @@ def test_appends_go_on_while_the_vector_index_is_built(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-c", BUILD_BESIDE_APPENDS, str(tmp_path / "log")],
                          env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    longest_wait, build = map(float, run.stdout.split())
-    assert longest_wait < build / 2  # one thread: an append waited ~90% of the build (1.6 of 1.8 s)
+    longest_wait, build, threads = run.stdout.split()
+    if _usable_cpus() <= 3:
+        assert threads == "2"
+    assert float(longest_wait) < float(build) / 2  # one thread: an append waited ~90% of it (1.6 of 1.8 s)

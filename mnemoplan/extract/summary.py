@@ -184,7 +184,14 @@ def _stem(word: str) -> str:
 # A session is summarised again every few messages, from all of its turns: reading each sentence
 # once, not at every summary, keeps a long session's summaries from growing with it (at 2,000
 # turns, three quarters of a summary's time was these). Tokens are never changed once made.
+# The caches hold what people said: a forget empties them (``forget_cached``).
 _SENTENCE_CACHE = 16_384
+
+
+def forget_cached() -> None:
+    """Drop every sentence read so far (a forget leaves no copy of what it deleted)."""
+    _tokenize.cache_clear()
+    _mentions.cache_clear()
 
 
 @functools.lru_cache(maxsize=_SENTENCE_CACHE)
@@ -467,7 +474,7 @@ def summarize_session(
     """
     if not turns:
         raise ValueError("summarize_session needs at least one turn; the session is empty.")
-    stop = DEFAULT_STOPWORDS if stopwords is None else stopwords
+    stop = DEFAULT_STOPWORDS if stopwords is None else frozenset(stopwords)  # hashable: a cache key
     start = min((t.occurred_at for t in turns), key=_aware)
     end = max((t.occurred_at for t in turns), key=_aware)
     speakers: dict[str, str] = {}

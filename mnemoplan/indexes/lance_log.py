@@ -40,13 +40,28 @@ from mnemoplan.model.records import (
 
 log = logging.getLogger(__name__)
 
+
+
+def _usable_cpus() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 quota."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text(encoding="utf-8").split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
 # Lance does its CPU work (encoding an append, building an index, compacting) on a pool of
 # max(1, cores - 2) threads, sized once, at its first use. On a machine of up to three cores
 # that is one thread: building the vector index (~45 s at 100k rows) held it, and every append
-# to any table waited for the whole build (a `remember` blocked 10-40 s). A second thread lets
-# appends through (at most 65-80 ms during a build, which took as long). A value set by the
-# user stands.
-os.environ.setdefault("LANCE_CPU_THREADS", str(max(2, (os.cpu_count() or 1) - 2)))
+# to any table waited for the whole build (a `remember` blocked ~10 s at 100k records). A second
+# thread lets appends through (at most 65-80 ms during a build, which took as long). Larger
+# machines keep Lance's own size, and a value set by the user stands.
+if _usable_cpus() <= 3:
+    os.environ.setdefault("LANCE_CPU_THREADS", "2")
 
 TABLE = "records"
 OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
@@ -449,9 +464,13 @@ class LanceLog:
         in its file. So each such fragment's remaining rows are written again, unchanged (a
         merge on the key, in batches: every batch is one commit, no reader misses a row), and
         a fragment left with no rows leaves the table: ~3 s for a 100k-record fragment.
-        Updates and deletes wait for one batch at a time (~0.6 s there), not for the whole.
-        Fragments noted meanwhile wait for the next purge: what they hold was not yet deleted
-        when this one began.
+        Updates and deletes wait for one batch at a time (~0.6 s there), or for the closing
+        compaction (1-2 s), not for the whole. Fragments noted meanwhile wait for the next
+        purge: what they hold was not yet deleted when this one began.
+
+        Old versions are dropped as maintenance drops them, not all: dropping the version an
+        append began from, before it commits, loses the append (Lance issue #3718).
+        ``drop_unreferenced`` drops the rest, with no append running.
         """
         with self._rewrite_lock:
             noted = {name: sorted(fragments) for name, fragments in self._to_rewrite.items()}
@@ -463,14 +482,15 @@ class LanceLog:
                 warnings.simplefilter("ignore")
                 if table is self._table and fragments:
                     self._drop_index_copies()
-                table.optimize(cleanup_older_than=timedelta(0))  # the rewritten fragments' files go
+                table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
                 self._to_rewrite[table.name] = self._to_rewrite.get(table.name, set()) - set(fragments)
                 self._save_to_rewrite()
 
     def drop_unreferenced(self) -> None:
-        """Delete every file no version refers to: a failed commit's (a compaction an update
-        preempted could have copied a row deleted since). Must not run beside an append, whose
-        files look the same until it commits."""
+        """Drop every old version (the rewritten fragments' files go with them) and every
+        file no version refers to: a failed commit's (a compaction an update preempted could
+        have copied a row deleted since). Must not run beside an append: it could drop the
+        version the append began from, and its files look unreferenced until it commits."""
         with self._rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for table, _ in self._keyed_tables():

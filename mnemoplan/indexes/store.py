@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mnemoplan.errors import DataDirLocked
+from mnemoplan.extract.summary import forget_cached
 from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
 from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
 from mnemoplan.indexes.documents import (
@@ -440,7 +441,9 @@ class MemoryStore:
         self.bm25.add([bm25_doc(r, before.get(r.prev_id)) for r in moved], commit=False)
 
     def _forgotten(self, user_id: str) -> None:
-        """Drop what the store keeps in memory of a user whose records were deleted."""
+        """Drop what the store keeps in memory of a user whose records were deleted (and the
+        sentences the session summaries read, of every user)."""
+        forget_cached()
         self.catalogs.invalidate(user_id)
         self._ledgers.pop(user_id, None)
         self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
@@ -464,10 +467,11 @@ class MemoryStore:
         runs it at the next start). Without ``intent``, every pending purge (start-up repair).
 
         The deleted records are out of every search already, and most of this runs beside
-        writes: the BM25 rebuild (``BM25Index.rebuild``; ~5 s at 100k records), then the log's
-        rewrite of the fragments that held them (``LanceLog.rewrite_deleted``; ~5 s there).
-        Only the last step holds the write lock: deleting the files no version refers to
-        (``LanceLog.drop_unreferenced``), which a running append's files would look like.
+        writes: the BM25 rebuild (``BM25Index.rebuild``; ~4-5 s at 100k records), then the log's
+        rewrite and compaction of the fragments that held them (``LanceLog.rewrite_deleted``;
+        ~3-6 s there). Only the last step holds the write lock (``LanceLog.drop_unreferenced``,
+        0.1-0.8 s there): deleting old versions and files no version refers to, which would
+        race an append.
         It must not race a maintenance run (dropping old versions under a compaction, or an
         index built from rows it rewrites), and a run can take a minute (the vector index at
         100k records: ~45 s), so it takes the maintenance lock first, then the write lock, in
