@@ -41,7 +41,6 @@ from mnemoplan.model.records import (
 log = logging.getLogger(__name__)
 
 
-
 def _usable_cpus() -> int:
     """The cores this process may use: its CPU affinity, capped by a cgroup v2 quota."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -455,8 +454,8 @@ class LanceLog:
         os.replace(scratch, self._rewrites)
 
     def rewrite_deleted(self) -> None:
-        """Rewrite the fragments that hold rows deleted so far, and drop every old version, so
-        deleted bytes leave the disk; runs beside appends (``drop_unreferenced`` ends a purge).
+        """Rewrite the fragments that hold rows deleted so far, beside appends; the old
+        versions that still refer to their files go at ``drop_unreferenced``, which ends a purge.
 
         A delete only marks rows. Compaction rewrites a fragment for its deletions alone once
         a tenth of its rows are gone, and never merges fragments under different deltas of the
@@ -464,7 +463,7 @@ class LanceLog:
         in its file. So each such fragment's remaining rows are written again, unchanged (a
         merge on the key, in batches: every batch is one commit, no reader misses a row), and
         a fragment left with no rows leaves the table: ~3 s for a 100k-record fragment.
-        Updates and deletes wait for one batch at a time (~0.6 s there), or for the closing
+        Updates and deletes wait for one batch at a time (~0.4-1 s there), or for the closing
         compaction (1-2 s), not for the whole. Fragments noted meanwhile wait for the next
         purge: what they hold was not yet deleted when this one began.
 

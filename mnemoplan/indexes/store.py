@@ -471,8 +471,7 @@ class MemoryStore:
         rewrite and compaction of the fragments that held them (``LanceLog.rewrite_deleted``;
         ~3-6 s there). Only the last step holds the write lock (``LanceLog.drop_unreferenced``,
         0.1-0.8 s there): deleting old versions and files no version refers to, which would
-        race an append.
-        It must not race a maintenance run (dropping old versions under a compaction, or an
+        race an append. It must not race a maintenance run (dropping old versions under a compaction, or an
         index built from rows it rewrites), and a run can take a minute (the vector index at
         100k records: ~45 s), so it takes the maintenance lock first, then the write lock, in
         the order ``close`` does. Each purge does the work of every purge intent whose user's
