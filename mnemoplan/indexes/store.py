@@ -462,21 +462,21 @@ class MemoryStore:
 
     def _purge(self, intent: Intent | None = None) -> bool:
         """Take the bytes of deleted records off the disk: the user's BM25 index rebuilt
-        without them, the log's old copies and versions (``LanceLog.purge``) and the graph's
-        write-ahead log. Returns False if the store was closed first (the purge's intent then
-        runs it at the next start). Without ``intent``, every pending purge (start-up repair).
+        without them, the log's old copies and versions (``LanceLog.rewrite_deleted``, then
+        ``drop_unreferenced``) and the graph's write-ahead log. Returns False if the store was
+        closed first (the purge's intent then runs it at the next start). Without ``intent``,
+        every pending purge (start-up repair).
 
         The deleted records are out of every search already, and most of this runs beside
-        writes: the BM25 rebuild (``BM25Index.rebuild``; ~4-5 s at 100k records), then the log's
-        rewrite and compaction of the fragments that held them (``LanceLog.rewrite_deleted``;
-        ~3-6 s there). Only the last step holds the write lock (``LanceLog.drop_unreferenced``,
-        0.1-0.8 s there): deleting old versions and files no version refers to, which would
-        race an append. It must not race a maintenance run (dropping old versions under a compaction, or an
-        index built from rows it rewrites), and a run can take a minute (the vector index at
-        100k records: ~45 s), so it takes the maintenance lock first, then the write lock, in
-        the order ``close`` does. Each purge does the work of every purge intent whose user's
-        BM25 index was rebuilt after it began: one whose ``intent`` another purge did has
-        nothing left to do."""
+        writes: the BM25 rebuild (``BM25Index.rebuild``; ~4-5 s at 100k records), then the
+        log's rewrite and compaction of the fragments that held them (~3-6 s there). Only the
+        last step holds the write lock (0.1-0.8 s there): dropping old versions and files no
+        version refers to, which would race an append. None of it may race a maintenance run
+        (dropping old versions under a compaction, or an index built from rows it rewrites),
+        and a run can take a minute (the vector index at 100k records: ~45 s), so it takes the
+        maintenance lock first, then the write lock, in the order ``close`` does. Each purge
+        does the work of every purge intent whose user's BM25 index was rebuilt after it
+        began: one whose ``intent`` another purge did has nothing left to do."""
         with self._write_lock:
             begun = {t: p for t, p in self._purges.items() if intent is None or p.user_id == intent.user_id}
         for user_id in sorted({p.user_id for p in begun.values()}):
