@@ -236,8 +236,10 @@ def _aware(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _header(n_turns: int, participants: list[str], start: datetime, end: datetime) -> str:
+def _header(n_turns: int, participants: list[str], start: datetime, end: datetime, position: int = 0) -> str:
     count = "1 message" if n_turns == 1 else f"{n_turns} messages"
+    if position:  # a later stretch of a long session: which messages
+        count = f"message {position + 1}" if n_turns == 1 else f"messages {position + 1}-{position + n_turns}"
     who = participants[:_MAX_PARTICIPANTS_SHOWN]
     if len(participants) > _MAX_PARTICIPANTS_SHOWN:  # keeps the header short in a group chat
         who = [*who[:-1], f"{who[-1]} and {len(participants) - len(who)} others"]
@@ -450,6 +452,7 @@ def summarize_session(
     max_sentences: int = 6,
     max_chars: int = 900,
     stopwords: frozenset[str] | None = None,
+    position: int = 0,
 ) -> EpisodeSummary:
     """Summarise one conversation session extractively: header, topics and key sentences.
 
@@ -465,6 +468,8 @@ def summarize_session(
         max_sentences: the most key sentences to keep.
         max_chars: the longest the summary text may be.
         stopwords: words never counted as content, used instead of ``DEFAULT_STOPWORDS``.
+        position: the place in the session of the first turn, when ``turns`` are a later
+            stretch of a long session (the header then says which messages they are).
 
     Returns:
         The summary, with the key sentences' turn indexes and the session's time span.
@@ -496,7 +501,7 @@ def summarize_session(
     topics = _topics(sentences, weights, df)
     entities = _entities(sentences, participants, stop)
 
-    text = _header(len(turns), participants, start, end)
+    text = _header(len(turns), participants, start, end, position)
     shown_topics = list(topics)
     while shown_topics and len(text) + len(f" Topics: {', '.join(shown_topics)}.") > max_chars:
         shown_topics.pop()

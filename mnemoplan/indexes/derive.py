@@ -65,7 +65,8 @@ def fact_record(message: Record, fact: FactCandidate, *, extractor: str = "rules
 
 
 def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetime) -> Record:
-    """The episode memory of a session: its extractive summary, derived from every message of it."""
+    """The episode memory of a session, or of a stretch of a long one: its extractive summary,
+    derived from every message of it."""
     first = messages[0]
     key_sources = [messages[i].id for i in summary.source_indexes if 0 <= i < len(messages)]
     return Record(
@@ -83,6 +84,8 @@ def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetim
             "topics": list(summary.topics),
             "entities": list(summary.entities),
             "message_count": len(messages),
+            "first_message": first.id,
+            "last_message": messages[-1].id,
             "key_sources": list(dict.fromkeys(key_sources)),
             "summarizer": "extractive",
         },

@@ -24,7 +24,8 @@ class HierarchicalIndex(SearchIndex):
         description="Three levels: sessions (scored by their episode summary, by keywords and meaning, and by their "
         "best-matching turns), chunks of consecutive turns inside the best sessions, and the turns of the best "
         "chunks. Finds answers spread over a conversation, or phrased unlike the question.",
-        stores="Episode summaries per session, and each turn's place in its session.",
+        stores="Episode summaries per session (per stretch of up to 100 messages in a long one), and each turn's "
+        "place in its session.",
         best_for=["questions whose answer spans several turns", "'what did we discuss about X'",
                   "multi-part and list questions"],  # fmt: skip
         query_params=[
@@ -65,20 +66,24 @@ class HierarchicalIndex(SearchIndex):
         )
 
     def _episode_scores(self, req: SearchRequest, text: str, vector: np.ndarray) -> dict[str, float]:
-        """Session -> relevance of its episode summary (meaning and keywords, each in [0, 1])."""
+        """Session -> relevance of its best episode summary by meaning plus its best by keywords
+        (each in [0, 1]; a long session has a summary per stretch)."""
         episodes = self._log.vector_search(req.user_id, vector, 50, kinds=["episode"])
         lexical = self._bm25.search(req.user_id, text, 50, kinds=["episode"])
         ids = list(dict.fromkeys([rid for rid, _ in episodes] + [rid for rid, _ in lexical]))
         records = self._log.get(req.user_id, ids)
         top_lex = max((s for _, s in lexical), default=0.0) or 1.0
-        out: dict[str, float] = defaultdict(float)
+        meaning: dict[str, float] = defaultdict(float)
+        keywords: dict[str, float] = defaultdict(float)
         for rid, sim in episodes:
             if rid in records:
-                out[records[rid].session_id] += 0.5 * max(0.0, sim)
+                session = records[rid].session_id
+                meaning[session] = max(meaning[session], 0.5 * max(0.0, sim))
         for rid, score in lexical:
             if rid in records:
-                out[records[rid].session_id] += 0.5 * score / top_lex
-        return out
+                session = records[rid].session_id
+                keywords[session] = max(keywords[session], 0.5 * score / top_lex)
+        return {s: meaning.get(s, 0.0) + keywords.get(s, 0.0) for s in meaning.keys() | keywords.keys()}
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query

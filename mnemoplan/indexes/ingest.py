@@ -2,8 +2,9 @@
 
 Deterministic extraction runs inline: names, resolved time expressions, simple facts
 (each a fact record derived from its message), and every ``episode_every`` messages of
-a session an extractive summary of it. The raw text is always stored verbatim:
-extraction only adds to it, and a failure there never loses a message.
+a session an extractive summary of its latest stretch (``episode_span`` messages at most).
+The raw text is always stored verbatim: extraction only adds to it, and a failure there
+never loses a message.
 """
 
 from __future__ import annotations
@@ -70,11 +71,14 @@ class IngestConfig:
         extract_facts: Read simple facts out of messages by rule.
         fact_similarity: A new fact at least this similar to a current one reinforces it.
         episode_every: Summarise a session again after this many new messages (0: never).
+        episode_span: The most messages one summary covers: a longer session is summarised
+            stretch by stretch, so a summary's cost does not grow with the session.
     """
 
     extract_facts: bool = True
     fact_similarity: float = 0.9
     episode_every: int = 10
+    episode_span: int = 100
 
 
 def content_hash(user_id: str, project_id: str, session_id: str, mem: NewMemory) -> str:
@@ -275,9 +279,10 @@ class Ingestor:
             return IngestResult(ids, [], duplicates)
         facts = self._facts_of(fresh)
         warnings: list[str] = []
-        episode, old_episode = None, ""
+        episodes: list[Record] = []
+        replaced: list[str] = []
         try:
-            episode, old_episode = self._episode(user_id, session_id, fresh)
+            episodes, replaced = self._episodes(user_id, session_id, fresh)
         except Exception:
             log.exception("the session summary could not be made; the messages are stored")
             warnings.append("the session summary could not be refreshed (the messages are stored)")
@@ -288,15 +293,15 @@ class Ingestor:
         records = fresh + [facts[i] for i in keep]
         rows = [vectors[:n], fact_vectors[keep]]
         packed = tokens[:n] + [tokens[n + i] for i in keep]
-        if episode is not None:  # a summary's words are its messages': no tokens of its own
+        for episode in episodes:  # a summary's words are its messages': no tokens of its own
             records.append(episode)
             rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
             packed.append(None)
-        if old_episode:
-            self.store.retract(user_id, [old_episode])
+        if replaced:
+            self.store.retract(user_id, replaced, session_id)
         stored = self.store.append(records, np.concatenate(rows), packed)
         self._apply(user_id, supersede, reinforce)
-        return IngestResult(ids, stored, duplicates, len(keep) + (episode is not None), warnings)
+        return IngestResult(ids, stored, duplicates, len(keep) + len(episodes), warnings)
 
     def backfill_tokens(self, user_id: str, progress: Progress | None = None, batch: int = 256) -> int:
         """Give token vectors to a user's records that have none (written before the log had
@@ -343,21 +348,29 @@ class Ingestor:
         mean = stack.mean(axis=0)
         return (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
 
-    def _episode(self, user_id: str, session_id: str, fresh: list[Record]) -> tuple[Record | None, str]:
-        """A new summary of the session once it has ``episode_every`` messages the last one lacks.
+    def _episodes(self, user_id: str, session_id: str, fresh: list[Record]) -> tuple[list[Record], list[str]]:
+        """New summaries of the session once it has ``episode_every`` messages the last one lacks,
+        each of a stretch of at most ``episode_span`` messages (``UserLedger.to_summarise``).
 
-        Returns the episode record (or None) and the id of the episode it replaces.
+        Returns the episode records and the ids of the summaries they replace.
         """
-        every = self.config.episode_every
         new = [r for r in fresh if r.kind == "message"]
-        if every <= 0 or not session_id or not new:
-            return None, ""
+        if self.config.episode_every <= 0 or not session_id or not new:
+            return [], []
         ledger = self.store.ledger(user_id)
-        count = ledger.session_messages.get(session_id, 0) + len(new)
-        old_id, covered = ledger.episodes.get(session_id, ("", 0))
-        if count - covered < every:
-            return None, ""
-        before = self.store.session_messages(user_id, session_id) if count > len(new) else []
-        messages = before + new
-        turns = [SessionTurn(m.speaker, m.text, m.occurred_at) for m in messages]
-        return episode_record(messages, summarize_session(turns), datetime.now(UTC)), old_id
+        stretches, replaced = ledger.to_summarise(
+            session_id, [m.id for m in new], self.config.episode_every, max(1, self.config.episode_span)
+        )
+        if not stretches:
+            return [], []
+        known = {m.id: m for m in new}
+        older = [rid for _, stretch in stretches for rid in stretch if rid not in known]
+        known.update(self.store.log.get(user_id, older) if older else {})
+        episodes = []
+        now = datetime.now(UTC)
+        for position, stretch in stretches:
+            messages = [known[rid] for rid in stretch if rid in known]
+            if messages:
+                turns = [SessionTurn(m.speaker, m.text, m.occurred_at) for m in messages]
+                episodes.append(episode_record(messages, summarize_session(turns, position=position), now))
+        return episodes, replaced

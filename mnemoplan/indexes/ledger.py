@@ -1,9 +1,9 @@
 """Per-user bookkeeping the write path needs without querying the log each time.
 
-Identities (content hashes, source ids), the last message of each session, the current
-facts by subject (for near-duplicate and contradiction checks) and each session's
-episode. Loaded from the log on a user's first write, kept current by writes, dropped
-by deletes.
+Identities (content hashes, source ids), the messages of each session in order, the
+current facts by subject (for near-duplicate and contradiction checks) and the summaries
+of each session, with the stretch of messages each covers. Loaded from the log on a
+user's first write, kept current by writes, dropped by deletes.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -22,15 +23,28 @@ from mnemoplan.model import Record
 _COLUMNS = ["id", "content_hash", "source_id", "session_id", "seq", "kind", "metadata", "superseded_by", "mention_count"]
 
 
+@dataclass(frozen=True)
+class Summary:
+    """A session summary the write path made, and the stretch of the session it covers: from
+    message ``first`` to message ``last`` (ids). One made before stretches names neither and
+    covers the session's first ``count`` messages."""
+
+    id: str
+    first: str
+    last: str
+    count: int
+
+
 @dataclass
 class UserLedger:
-    """One user's identities, session tails, current facts and episodes."""
+    """One user's identities, session messages, current facts and session summaries."""
 
     by_hash: dict[str, str] = field(default_factory=dict)
     by_source: dict[tuple[str, str], str] = field(default_factory=dict)
     session_tail: dict[str, tuple[int, str]] = field(default_factory=dict)
-    session_messages: dict[str, int] = field(default_factory=dict)
-    episodes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # (seq, id) of each session's messages, in order (sorted once after a load; appends come in order)
+    session_messages: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)  # session -> id -> summary
     facts: dict[str, list[KnownFact]] = field(default_factory=dict)
 
     @classmethod
@@ -43,6 +57,8 @@ class UserLedger:
                 ledger._note_row(row)
                 if row["kind"] == "fact" and not row["superseded_by"]:
                     pending.append(row)
+        for messages in ledger.session_messages.values():
+            messages.sort()
         vectors = log.vectors(user_id, [r["id"] for r in pending]) if pending else {}
         for row in pending:
             if row["id"] in vectors:
@@ -55,13 +71,83 @@ class UserLedger:
         if row["source_id"]:
             self.by_source[(row["session_id"], row["source_id"])] = row["id"]
         if row["kind"] == "message":
-            self.session_messages[row["session_id"]] = self.session_messages.get(row["session_id"], 0) + 1
+            self.session_messages.setdefault(row["session_id"], []).append((row["seq"], row["id"]))
             tail = self.session_tail.get(row["session_id"])
             if tail is None or row["seq"] > tail[0]:
                 self.session_tail[row["session_id"]] = (row["seq"], row["id"])
         elif row["kind"] == "episode":
             meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else row["metadata"]
-            self.episodes[row["session_id"]] = (row["id"], int(meta.get("message_count", 0)))
+            if meta.get("summarizer"):  # one the write path made (a user's own episode is theirs to keep)
+                self.summaries.setdefault(row["session_id"], {})[row["id"]] = Summary(
+                    row["id"], str(meta.get("first_message", "")), str(meta.get("last_message", "")),
+                    int(meta.get("message_count", 0)),
+                )  # fmt: skip
+
+    def drop_summaries(self, session_id: str, ids: list[str]) -> None:
+        """Summaries replaced by fresh ones no longer count."""
+        held = self.summaries.get(session_id, {})
+        for rid in ids:
+            held.pop(rid, None)
+
+    def to_summarise(
+        self, session_id: str, new: list[str], every: int, span: int
+    ) -> tuple[list[tuple[int, list[str]]], list[str]]:
+        """The stretches of a session to summarise once ``new`` messages (ids) join it, and the
+        summaries they replace.
+
+        A summary covers at most ``span`` consecutive messages, so a long session is summarised
+        stretch by stretch, and a summary costs as much at a session's 10,000th message as at
+        its 100th (reading and scoring the whole session took ~0.8 s at 3,000). The newest
+        stretch is summarised again once ``every`` messages joined the session since its
+        summary, or a new stretch begins when it is full. Stretches left without a summary (a
+        forget deletes the summary of the stretch it touches) are summarised again with it.
+
+        Returns:
+            Each stretch as its place in the session (its first message's) and its message ids
+            in order; and the ids of the summaries replaced.
+        """
+        held_summaries = self.summaries.get(session_id, {}).values()
+        if self._summarised_lately(session_id, new, held_summaries, max(every, 1)):
+            return [], []
+        ids = [rid for _, rid in self.session_messages.get(session_id, [])] + new
+        where = {rid: i for i, rid in enumerate(ids)}
+        covered: list[tuple[int, int, str]] = []  # [start, end) and the summary's id
+        for summary in held_summaries:
+            if not summary.first:  # from before stretches: the session's first ``count`` messages
+                covered.append((0, min(summary.count, len(ids)), summary.id))
+            elif summary.first in where and summary.last in where:
+                covered.append((where[summary.first], where[summary.last] + 1, summary.id))
+        newest = max(covered, key=lambda c: (c[1], c[0]), default=(0, 0, ""))
+        if len(ids) - newest[1] < max(every, 1):
+            return [], []
+        start, replaced = newest[1], []
+        if newest[2] and newest[1] - newest[0] < span:  # not full: summarised again, with what follows
+            start, replaced = newest[0], [newest[2]]
+        held = [False] * start
+        for a, b, _ in covered:
+            held[a : min(b, start)] = [True] * max(0, min(b, start) - a)
+        stretches: list[tuple[int, list[str]]] = []
+        gap = -1
+        for i in range(start + 1):  # runs of messages no summary covers, before ``start``
+            if i < start and not held[i]:
+                gap = i if gap < 0 else gap
+            elif gap >= 0:
+                stretches.extend((a, ids[a : min(a + span, i)]) for a in range(gap, i, span))
+                gap = -1
+        stretches.extend((a, ids[a : a + span]) for a in range(start, len(ids), span))
+        return stretches, replaced
+
+    def _summarised_lately(self, session_id: str, new: list[str], held: Any, every: int) -> bool:
+        """Whether a summary ends fewer than ``every`` messages before the session's end (with
+        ``new``): no new one is due. Looks at those last messages only, not the whole session."""
+        messages = self.session_messages.get(session_id, [])
+        total = len(messages) + len(new)
+        if any(not s.first and total - s.count < every for s in held):  # from before stretches
+            return True
+        lasts = {s.last for s in held if s.first}
+        before = max(0, every - len(new))
+        recent = [*new[-every:], *(rid for _, rid in messages[len(messages) - before :])]
+        return any(rid in lasts for rid in recent)
 
     def note(self, rec: Record, vector: np.ndarray | None = None) -> None:
         """Account for a stored record."""

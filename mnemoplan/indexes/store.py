@@ -318,13 +318,8 @@ class MemoryStore:
                     self._accesses[rid] = self._accesses.get(rid, 0) + n
             raise
 
-    def session_messages(self, user_id: str, session_id: str) -> list[Record]:
-        """The messages of one session, in order."""
-        where = f"user_id = {sql_str(user_id)} AND session_id = {sql_str(session_id)} AND kind = 'message'"
-        return sorted(self.log.records(where), key=lambda r: r.seq)
-
-    def retract(self, user_id: str, ids: list[str]) -> None:
-        """Remove derived records that a fresh version replaces (a session's old summary).
+    def retract(self, user_id: str, ids: list[str], session_id: str = "") -> None:
+        """Remove derived records that a fresh version replaces (summaries of a session).
 
         Not a forget: their text comes from records that stay, so there is nothing to purge;
         the overlays drop them in the background, after any pending write of theirs.
@@ -332,6 +327,9 @@ class MemoryStore:
         with self._write_lock:
             intent = self.journal.begin(Intent("delete", user_id, ids))
             self.log.delete(ids, user_id)
+            ledger = self._ledgers.get(user_id)
+            if ledger is not None:
+                ledger.drop_summaries(session_id, ids)
 
         def drop() -> None:
             self.graph.delete(ids)
