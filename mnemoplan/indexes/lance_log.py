@@ -186,11 +186,25 @@ def _asks(data: pa.Table) -> np.ndarray:
 
 
 def _alone(data: pa.Table) -> np.ndarray:
-    """``Record.alone`` of each row (``model.stands_alone``), computed by pyarrow like ``_asks``."""
+    """``Record.alone`` of each row (``model.stands_alone``), computed by pyarrow like ``_asks``.
+
+    Words are counted only in texts long enough to hold that many (0.27 -> 0.13 s for 105k
+    rows): a word and the space after it take two ASCII characters, and no text has more than
+    one and a half words per character (kana and han count once each and again as part of a
+    word)."""
     text = pc.fill_null(data.column("text"), "")
-    words = pc.add(pc.count_substring_regex(text, WORD_PATTERN), pc.count_substring_regex(text, UNSPACED_PATTERN))
-    alone = pc.and_(pc.equal(data.column("kind"), "message"), pc.greater(words, STANDALONE_WORDS))
-    return pc.fill_null(alone, False).to_numpy(zero_copy_only=False).astype(bool)
+    length = pc.utf8_length(text)
+    long_enough = pc.or_(
+        pc.greater(length, 2 * STANDALONE_WORDS),
+        pc.and_(pc.greater(length, STANDALONE_WORDS // 2), pc.invert(pc.string_is_ascii(text))),
+    )
+    rows = pc.indices_nonzero(pc.and_(pc.equal(data.column("kind"), "message"), long_enough))
+    alone = np.zeros(len(text), dtype=bool)
+    if len(rows):
+        some = pc.take(text, rows)
+        words = pc.add(pc.count_substring_regex(some, WORD_PATTERN), pc.count_substring_regex(some, UNSPACED_PATTERN))
+        alone[rows.to_numpy()] = pc.greater(words, STANDALONE_WORDS).to_numpy(zero_copy_only=False)
+    return alone
 
 
 class LanceLog:
