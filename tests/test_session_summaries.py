@@ -121,9 +121,33 @@ def test_a_forget_inside_a_finished_stretch_is_summarised_again_later(small_stre
     assert ids[3] not in {rid for r in made for rid in r["derived_from"]}
 
 
+def test_messages_stored_after_the_ledger_was_dropped_are_listed_once(
+    small_stretches: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget drops the write path's ledger; a remember that read it before, and appends
+    after, leaves the reload to list its messages (noting them as well listed them twice, and
+    the next summary held a message twice)."""
+    svc = small_stretches
+    say(svc, 0, 7)
+    append = svc.store.append
+
+    def after_a_forget(*args: object, **kwargs: object) -> object:
+        svc.store._ledgers.clear()  # as MemoryStore._forgotten does
+        return append(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(svc.store, "append", after_a_forget)
+    svc.remember(messages=[MessageIn(content="Two more tulips.", speaker="Ann"),
+                           MessageIn(content="And a rose.", speaker="Ann")], user_id="u", session_id="s")  # fmt: skip
+    monkeypatch.setattr(svc.store, "append", append)
+    listed = [rid for _, rid in svc.store.ledger("u").session_messages["s"]]
+    assert listed == messages(svc)
+    say(svc, 9, 1)
+    assert [rid for r in summaries(svc) for rid in r["derived_from"]] == messages(svc)
+
+
 def test_a_users_own_episode_is_not_replaced_by_a_summary(service: MemoryService) -> None:
     own = service.remember(content="Our Lisbon trip, as I would sum it up.", kind="episode", user_id="u",
-                           session_id="s").ids  # fmt: skip
+                           session_id="s", metadata={"summarizer": "me"}).ids  # fmt: skip
     say(service, 0, 12)
     texts = [r["text"] for r in service.store.log.select("user_id = 'u' AND kind = 'episode'", ["text"])]
     assert service.store.log.count(f"id = '{own[0]}'") == 1 and len(texts) == 2

@@ -21,6 +21,7 @@ from mnemoplan.model import EntityMention, Record
 
 FACT_IMPORTANCE = 0.7
 EPISODE_IMPORTANCE = 0.6
+SUMMARIZER = "extractive"  # the metadata that marks a session summary the write path made
 
 
 def _digest(*parts: str) -> str:
@@ -87,7 +88,7 @@ def episode_record(messages: list[Record], summary: EpisodeSummary, now: datetim
             "first_message": first.id,
             "last_message": messages[-1].id,
             "key_sources": list(dict.fromkeys(key_sources)),
-            "summarizer": "extractive",
+            "summarizer": SUMMARIZER,
         },
         importance=EPISODE_IMPORTANCE,
         event_start=summary.start,

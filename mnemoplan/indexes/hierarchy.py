@@ -14,6 +14,7 @@ from mnemoplan.indexes.vector_cache import KIND_CODES
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 _POOL = 400  # candidate turns when a user is too large to score in memory
+_EPISODES = 200  # summaries scored at level one
 
 
 class HierarchicalIndex(SearchIndex):
@@ -68,8 +69,9 @@ class HierarchicalIndex(SearchIndex):
     def _episode_scores(self, req: SearchRequest, text: str, vector: np.ndarray) -> dict[str, float]:
         """Session -> relevance of its best episode summary by meaning plus its best by keywords
         (each in [0, 1]; a long session has a summary per stretch)."""
-        episodes = self._log.vector_search(req.user_id, vector, 50, kinds=["episode"])
-        lexical = self._bm25.search(req.user_id, text, 50, kinds=["episode"])
+        # Room for a session summarised in many stretches (one per 100 messages) beside the others.
+        episodes = self._log.vector_search(req.user_id, vector, _EPISODES, kinds=["episode"])
+        lexical = self._bm25.search(req.user_id, text, _EPISODES, kinds=["episode"])
         ids = list(dict.fromkeys([rid for rid, _ in episodes] + [rid for rid, _ in lexical]))
         records = self._log.get(req.user_id, ids)
         top_lex = max((s for _, s in lexical), default=0.0) or 1.0

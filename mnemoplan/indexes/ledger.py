@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from mnemoplan.extract.names import entity_key
-from mnemoplan.indexes.derive import KnownFact, is_hedged
+from mnemoplan.indexes.derive import SUMMARIZER, KnownFact, is_hedged
 from mnemoplan.indexes.lance_log import LanceLog, sql_str
 from mnemoplan.model import Record
 
@@ -80,7 +79,7 @@ class UserLedger:
                 self.session_tail[row["session_id"]] = (row["seq"], row["id"])
         elif row["kind"] == "episode":
             meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else row["metadata"]
-            if meta.get("summarizer"):  # one the write path made (a user's own episode is theirs to keep)
+            if meta.get("summarizer") == SUMMARIZER:  # made here (a user's own episode is theirs to keep)
                 self.summaries.setdefault(row["session_id"], {})[row["id"]] = Summary(
                     row["id"], str(meta.get("first_message", "")), str(meta.get("last_message", "")),
                     int(meta.get("message_count", 0)),
@@ -109,7 +108,7 @@ class UserLedger:
             Each stretch as its place in the session (its first message's) and its message ids
             in order; and the ids of the summaries replaced.
         """
-        held_summaries = self.summaries.get(session_id, {}).values()
+        held_summaries = list(self.summaries.get(session_id, {}).values())
         if self._summarised_lately(session_id, new, held_summaries, max(every, 1)):
             return [], []
         ids = [rid for _, rid in self.session_messages.get(session_id, [])] + new
@@ -140,7 +139,7 @@ class UserLedger:
         stretches.extend((a, ids[a : a + span]) for a in range(start, len(ids), span))
         return stretches, replaced
 
-    def _summarised_lately(self, session_id: str, new: list[str], held: Any, every: int) -> bool:
+    def _summarised_lately(self, session_id: str, new: list[str], held: list[Summary], every: int) -> bool:
         """Whether a summary ends fewer than ``every`` messages before the session's end (with
         ``new``): no new one is due. Looks at those last messages only, not the whole session."""
         messages = self.session_messages.get(session_id, [])
@@ -149,7 +148,7 @@ class UserLedger:
             return True
         lasts = {s.last for s in held if s.first}
         before = max(0, every - len(new))
-        recent = [*new[-every:], *(rid for _, rid in messages[len(messages) - before :])]
+        recent = [*new[-every:], *(rid for _, rid in messages[max(0, len(messages) - before) :])]
         return any(rid in lasts for rid in recent)
 
     def note(self, rec: Record, vector: np.ndarray | None = None) -> None:

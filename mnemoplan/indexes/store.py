@@ -227,15 +227,18 @@ class MemoryStore:
             docs = [bm25_doc(r, p) for r, p in zip(stored, prevs, strict=True)]
             nodes = [graph_record(r, keys) for r in stored]
             intent = self.journal.begin(Intent("add", user_id, [r.id for r in stored]))
+            # Not loaded (a delete dropped it since the caller read it): its next load reads these
+            # rows from the log, and noting them as well would list each message twice.
+            ledger = self._ledgers.get(user_id)
             try:
                 self.log.add(stored, embeddings, vectors, tokens)
             except BaseException:
                 self._last.clear()
                 self._ledgers.pop(user_id, None)
                 raise  # the intent stays: repair removes whatever reached a store
-            ledger = self.ledger(user_id)
             for rec, embedding in zip(stored, embeddings, strict=True):
-                ledger.note(rec, embedding)
+                if ledger is not None:
+                    ledger.note(rec, embedding)
                 self.catalogs.add(rec.user_id, rec.entities)
             self._writes_since_compact += 1
             if self._writes_since_compact >= self.maintain_every:
