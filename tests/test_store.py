@@ -910,3 +910,30 @@ def test_appends_go_on_while_the_vector_index_is_built(tmp_path: Path) -> None:
     if _usable_cpus() <= 3:
         assert threads == "2"
     assert float(longest_wait) < float(build) / 2  # one thread: an append waited ~90% of it (1.6 of 1.8 s)
+
+
+def test_the_same_message_sent_twice_at_once_is_stored_once(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls for one user run one after the other through the write path: each looks for
+    repeats, facts and a due summary in what the other stored (an agent may retry a call whose
+    answer it has not seen yet)."""
+    embed = service.ingestor.embed_records
+
+    def slow_embed(*args: object, **kwargs: object) -> object:
+        time.sleep(0.3)  # the other call checks for repeats meanwhile
+        return embed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service.ingestor, "embed_records", slow_embed)
+    duplicates: list[int] = []
+    turn = MessageIn(content="I moved to Lisbon in May.", speaker="Ann")
+
+    def send() -> None:
+        duplicates.append(service.remember(messages=[turn], user_id="u", session_id="s").duplicates)
+
+    calls = [threading.Thread(target=send) for _ in range(2)]
+    for call in calls:
+        call.start()
+    for call in calls:
+        call.join(timeout=30)
+    assert service.store.log.count("user_id = 'u' AND kind = 'message'") == 1 and sorted(duplicates) == [0, 1]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 IMPORTANCE = {"message": 0.5, "fact": 0.7, "procedure": 0.7, "episode": 0.6}
 Progress = Callable[[int, int], None]  # (done, total)
 PROGRESS_SLICE = 256  # sentences embedded between two progress reports (~1.5 s here)
+_WRITER_LOCKS = 64  # users' writes are serialised by user, on this many locks
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Ingestor:
         self.embed = embed
         self.config = config or IngestConfig()
         self.embed_with_tokens = embed_with_tokens
+        self._writers = [threading.Lock() for _ in range(_WRITER_LOCKS)]
 
     def embed_records(
         self, records: list[Record], progress: Progress | None = None
@@ -273,7 +277,20 @@ class Ingestor:
         """Store new memories of one user (in order), skipping repeats, then derive facts and episodes.
 
         ``progress`` hears of the embedding (most of the time of a large call), in sentences.
+        One user's calls run one at a time: each looks for repeats, current facts and a due
+        summary in what the one before stored.
         """
+        with self._writer(user_id):
+            return self._ingest(user_id, memories, session_id, project_id, progress)
+
+    def _writer(self, user_id: str) -> threading.Lock:
+        """The lock one user's writes take (shared with a few other users: a fixed set of locks)."""
+        return self._writers[zlib.crc32(user_id.encode("utf-8")) % len(self._writers)]
+
+    def _ingest(
+        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
+        progress: Progress | None,
+    ) -> IngestResult:  # fmt: skip
         ids, fresh, duplicates = self._message_records(user_id, memories, session_id, project_id)
         if not fresh:
             return IngestResult(ids, [], duplicates)
@@ -327,11 +344,13 @@ class Ingestor:
         """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules."""
         if not facts:
             return []
-        vectors, tokens = self.embed_records(facts)
-        keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
-        stored = self.store.append([facts[i] for i in keep], vectors[keep], [tokens[i] for i in keep]) if keep else []
-        self._apply(user_id, supersede, reinforce)
-        return stored
+        with self._writer(user_id):
+            vectors, tokens = self.embed_records(facts)
+            keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
+            kept = [facts[i] for i in keep]
+            stored = self.store.append(kept, vectors[keep], [tokens[i] for i in keep]) if keep else []
+            self._apply(user_id, supersede, reinforce)
+            return stored
 
     def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
         for old, new in supersede:
