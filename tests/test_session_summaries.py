@@ -57,6 +57,9 @@ def test_a_stretch_left_without_a_summary_is_summarised_again() -> None:
     ledger = ledger_of("s", 150, Summary("b", "m100", "m149", 50))  # m0-m99 lost theirs
     stretches, replaced = ledger.to_summarise("s", new(150, 10), every=10, span=100)
     assert spans(stretches) == [(0, 100), (100, 160)] and replaced == ["b"]
+    ledger = ledger_of("s", 280, Summary("a", "m0", "m99", 100), Summary("c", "m250", "m279", 30))
+    stretches, replaced = ledger.to_summarise("s", new(280, 10), every=10, span=100)  # m100-m249 lost theirs
+    assert spans(stretches) == [(100, 200), (200, 250), (250, 290)] and replaced == ["c"]
 
 
 def test_a_summary_from_before_stretches_covers_the_start_of_its_session() -> None:

@@ -129,13 +129,16 @@ class UserLedger:
         for a, b, _ in covered:
             held[a : min(b, start)] = [True] * max(0, min(b, start) - a)
         stretches: list[tuple[int, list[str]]] = []
-        gap = -1
-        for i in range(start + 1):  # runs of messages no summary covers, before ``start``
-            if i < start and not held[i]:
-                gap = i if gap < 0 else gap
-            elif gap >= 0:
-                stretches.extend((a, ids[a : min(a + span, i)]) for a in range(gap, i, span))
-                gap = -1
+        gap = 0
+        while gap < start:  # each run of messages before ``start`` that no summary covers
+            if held[gap]:
+                gap += 1
+                continue
+            end = gap
+            while end < start and not held[end]:
+                end += 1
+            stretches.extend((a, ids[a : min(a + span, end)]) for a in range(gap, end, span))
+            gap = end
         stretches.extend((a, ids[a : a + span]) for a in range(start, len(ids), span))
         return stretches, replaced
 
