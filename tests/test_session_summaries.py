@@ -154,4 +154,3 @@ def test_a_users_own_episode_is_not_replaced_by_a_summary(service: MemoryService
     say(service, 0, 12)
     texts = [r["text"] for r in service.store.log.select("user_id = 'u' AND kind = 'episode'", ["text"])]
     assert service.store.log.count(f"id = '{own[0]}'") == 1 and len(texts) == 2
-

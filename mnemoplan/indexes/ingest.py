@@ -13,8 +13,8 @@ import hashlib
 import logging
 import threading
 import uuid
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 IMPORTANCE = {"message": 0.5, "fact": 0.7, "procedure": 0.7, "episode": 0.6}
 Progress = Callable[[int, int], None]  # (done, total)
 PROGRESS_SLICE = 256  # sentences embedded between two progress reports (~1.5 s here)
-_WRITER_LOCKS = 64  # users' writes are serialised by user, on this many locks
 
 
 @dataclass
@@ -64,6 +63,14 @@ class IngestResult:
     duplicates: int
     derived: int = 0
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Writer:
+    """One user's write lock, and how many calls hold it or wait for it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,8 @@ class Ingestor:
         self.embed = embed
         self.config = config or IngestConfig()
         self.embed_with_tokens = embed_with_tokens
-        self._writers = [threading.Lock() for _ in range(_WRITER_LOCKS)]
+        self._writers: dict[str, _Writer] = {}
+        self._writers_guard = threading.Lock()
 
     def embed_records(
         self, records: list[Record], progress: Progress | None = None
@@ -280,12 +288,24 @@ class Ingestor:
         One user's calls run one at a time: each looks for repeats, current facts and a due
         summary in what the one before stored.
         """
-        with self._writer(user_id):
+        with self._writing(user_id):
             return self._ingest(user_id, memories, session_id, project_id, progress)
 
-    def _writer(self, user_id: str) -> threading.Lock:
-        """The lock one user's writes take (shared with a few other users: a fixed set of locks)."""
-        return self._writers[zlib.crc32(user_id.encode("utf-8")) % len(self._writers)]
+    @contextmanager
+    def _writing(self, user_id: str) -> Iterator[None]:
+        """Hold the user's write lock: one per user with a write under way or waiting (another
+        user's long import never holds this one's up)."""
+        with self._writers_guard:
+            entry = self._writers.setdefault(user_id, _Writer())
+            entry.calls += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._writers_guard:
+                entry.calls -= 1
+                if not entry.calls:
+                    del self._writers[user_id]
 
     def _ingest(
         self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
@@ -344,7 +364,7 @@ class Ingestor:
         """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules."""
         if not facts:
             return []
-        with self._writer(user_id):
+        with self._writing(user_id):
             vectors, tokens = self.embed_records(facts)
             keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
             kept = [facts[i] for i in keep]
