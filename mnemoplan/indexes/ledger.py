@@ -40,7 +40,6 @@ class UserLedger:
 
     by_hash: dict[str, str] = field(default_factory=dict)
     by_source: dict[tuple[str, str], str] = field(default_factory=dict)
-    session_tail: dict[str, tuple[int, str]] = field(default_factory=dict)
     # (seq, id) of each session's messages, in order (sorted once after a load; appends come in order)
     session_messages: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)  # session -> id -> summary
@@ -74,9 +73,6 @@ class UserLedger:
             self.by_source[(row["session_id"], row["source_id"])] = row["id"]
         if row["kind"] == "message":
             self.session_messages.setdefault(row["session_id"], []).append((row["seq"], row["id"]))
-            tail = self.session_tail.get(row["session_id"])
-            if tail is None or row["seq"] > tail[0]:
-                self.session_tail[row["session_id"]] = (row["seq"], row["id"])
         elif row["kind"] == "episode":
             meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else row["metadata"]
             if meta.get("summarizer") == SUMMARIZER:  # made here (a user's own episode is theirs to keep)
@@ -84,6 +80,11 @@ class UserLedger:
                     row["id"], str(meta.get("first_message", "")), str(meta.get("last_message", "")),
                     int(meta.get("message_count", 0)),
                 )  # fmt: skip
+
+    def last_message(self, session_id: str) -> str | None:
+        """The id of the session's last message, if it has one."""
+        messages = self.session_messages.get(session_id)
+        return messages[-1][1] if messages else None
 
     def drop_summaries(self, session_id: str, ids: list[str]) -> None:
         """Summaries replaced by fresh ones no longer count."""
@@ -108,8 +109,9 @@ class UserLedger:
             Each stretch as its place in the session (its first message's) and its message ids
             in order; and the ids of the summaries replaced.
         """
+        every = max(every, 1)
         held_summaries = list(self.summaries.get(session_id, {}).values())
-        if self._summarised_lately(session_id, new, held_summaries, max(every, 1)):
+        if self._summarised_lately(session_id, new, held_summaries, every):
             return [], []
         ids = [rid for _, rid in self.session_messages.get(session_id, [])] + new
         where = {rid: i for i, rid in enumerate(ids)}
@@ -120,7 +122,7 @@ class UserLedger:
             elif summary.first in where and summary.last in where:
                 covered.append((where[summary.first], where[summary.last] + 1, summary.id))
         newest = max(covered, key=lambda c: (c[1], c[0]), default=(0, 0, ""))
-        if len(ids) - newest[1] < max(every, 1):
+        if len(ids) - newest[1] < every:
             return [], []
         start, replaced = newest[1], []
         if newest[2] and newest[1] - newest[0] < span:  # not full: summarised again, with what follows

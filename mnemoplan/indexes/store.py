@@ -145,7 +145,7 @@ class MemoryStore:
         return self.catalogs.get(user_id)
 
     def ledger(self, user_id: str) -> UserLedger:
-        """The user's identities and session tails (read from the log once)."""
+        """The user's write-path bookkeeping (``UserLedger``, read from the log once)."""
         ledger = self._ledgers.get(user_id)
         if ledger is None:
             ledger = self._ledgers[user_id] = UserLedger.load(self.log, user_id)
@@ -177,10 +177,9 @@ class MemoryStore:
         cached = self._last.get(key)
         if cached is not None:
             return cached
-        tail = self.ledger(rec.user_id).session_tail.get(rec.session_id)
-        if tail is None:
+        last_id = self.ledger(rec.user_id).last_message(rec.session_id)
+        if last_id is None:
             return None, None
-        last_id = tail[1]
         prev = self.log.get(rec.user_id, [last_id]).get(last_id)
         emb = self.log.vectors(rec.user_id, [last_id]).get(last_id)
         if prev is None or emb is None:
