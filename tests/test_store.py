@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -937,3 +938,70 @@ def test_the_same_message_sent_twice_at_once_is_stored_once(
     for call in calls:
         call.join(timeout=30)
     assert service.store.log.count("user_id = 'u' AND kind = 'message'") == 1 and sorted(duplicates) == [0, 1]
+
+
+def test_a_forget_during_a_remember_leaves_nothing_derived_from_what_it_deleted(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remember reads the session's messages for its summary before it stores it; a forget
+    of one of them meanwhile waits for the remember, then deletes the summary with the message
+    (else the summary, citing and quoting the forgotten message, would outlive it)."""
+    ids = say(service, "u", "s", *[("Ann", f"Note {i}: the heron came back to pond {i}.") for i in range(9)])
+    embed = service.ingestor.embed_records
+    reading, forgot = threading.Event(), threading.Event()
+
+    def slow_embed(*args: object, **kwargs: object) -> object:
+        reading.set()  # the summary of the ten messages is made; now the forget comes
+        forgot.wait(timeout=1.0)
+        return embed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service.ingestor, "embed_records", slow_embed)
+    tenth = threading.Thread(target=say, args=(service, "u", "s", ("Ann", "Note 9: the heron left at dusk.")))
+    tenth.start()
+    assert reading.wait(timeout=30)
+    forget = threading.Thread(target=lambda: service.forget(ids=[ids[0]], user_id="u"))
+    forget.start()
+    forget.join(timeout=0.5)  # done by now if nothing holds it back
+    forgot.set()
+    tenth.join(timeout=30)
+    forget.join(timeout=30)
+    rows = service.store.log.select("user_id = 'u'", ["id", "text", "derived_from"])
+    assert ids[0] not in {r["id"] for r in rows}
+    assert not [r for r in rows if ids[0] in (r["derived_from"] or []) or "pond 0" in r["text"]]
+
+
+def test_facts_extracted_from_a_message_forgotten_meanwhile_are_not_stored(service: MemoryService) -> None:
+    """The LLM reads a batch in the background; a fact citing a message forgotten since is dropped."""
+    kept, gone = say(service, "u", "s", ("Ann", "I adopted a cat named Miso."), ("Ann", "My PIN is 4812."))
+    messages = service.store.log.get("u", [kept, gone])
+    service.forget(ids=[gone], user_id="u")
+
+    def fact(text: str, *sources: str) -> Record:
+        return messages[kept].model_copy(update={
+            "id": uuid.uuid4().hex, "kind": "fact", "text": text, "derived_from": list(sources),
+            "content_hash": uuid.uuid4().hex, "entities": [], "seq": 0, "prev_id": ""})  # fmt: skip
+
+    stored = service.ingestor.add_facts("u", [fact("Ann has a cat, Miso", kept), fact("Ann's PIN is 4812", kept, gone)])
+    assert [r.text for r in stored] == ["Ann has a cat, Miso"]
+    texts = [r["text"] for r in service.store.log.select("user_id = 'u'", ["text"])]
+    assert not [t for t in texts if "4812" in t]
+
+
+def test_a_write_that_fails_halfway_leaves_no_fact_behind_in_the_ledger(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write path notes a new fact in the ledger before storing it: if the store then fails,
+    the retry must store the fact, not take it for a repeat of one that was never stored."""
+    turn = MessageIn(content="I moved to Lisbon in May.", speaker="Ann")
+    append = service.store.append
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(service.store, "append", broken)
+    with pytest.raises(OSError):
+        service.remember(messages=[turn], user_id="u", session_id="s")
+    monkeypatch.setattr(service.store, "append", append)
+    service.remember(messages=[turn], user_id="u", session_id="s")
+    facts = service.store.log.select("user_id = 'u' AND kind = 'fact'", ["text"])
+    assert facts and service.store.log.count("user_id = 'u' AND kind = 'message'") == 1

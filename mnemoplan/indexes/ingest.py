@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from mnemoplan.extract.summary import SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.indexes.derive import decide, episode_record, fact_record
 from mnemoplan.indexes.embedder import TokenVectors
-from mnemoplan.indexes.lance_log import LACKS_TOKENS, sql_str
+from mnemoplan.indexes.lance_log import LACKS_TOKENS, sql_in, sql_str
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.indexes.token_store import pack_many, projection
 from mnemoplan.model import Record
@@ -63,14 +62,6 @@ class IngestResult:
     duplicates: int
     derived: int = 0
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Writer:
-    """One user's write lock, and how many calls hold it or wait for it."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,8 +109,6 @@ class Ingestor:
         self.embed = embed
         self.config = config or IngestConfig()
         self.embed_with_tokens = embed_with_tokens
-        self._writers: dict[str, _Writer] = {}
-        self._writers_guard = threading.Lock()
 
     def embed_records(
         self, records: list[Record], progress: Progress | None = None
@@ -285,27 +274,22 @@ class Ingestor:
         """Store new memories of one user (in order), skipping repeats, then derive facts and episodes.
 
         ``progress`` hears of the embedding (most of the time of a large call), in sentences.
-        One user's calls run one at a time: each looks for repeats, current facts and a due
-        summary in what the one before stored.
+        One user's calls (and forgets) run one at a time (``MemoryStore.writing``): each looks
+        for repeats, current facts and a due summary in what the one before stored.
         """
-        with self._writing(user_id):
+        with self.store.writing(user_id):
             return self._ingest(user_id, memories, session_id, project_id, progress)
 
     @contextmanager
-    def _writing(self, user_id: str) -> Iterator[None]:
-        """Hold the user's write lock: one per user with a write under way or waiting (another
-        user's long import never holds this one's up)."""
-        with self._writers_guard:
-            entry = self._writers.setdefault(user_id, _Writer())
-            entry.calls += 1
+    def _ledger_kept_true(self, user_id: str) -> Iterator[None]:
+        """A write notes new facts in the ledger before it stores them; if it fails on the way
+        (the model, the log, a summary's vector), the ledger is read from the log again rather
+        than list facts that were never stored."""
         try:
-            with entry.lock:
-                yield
-        finally:
-            with self._writers_guard:
-                entry.calls -= 1
-                if not entry.calls:
-                    del self._writers[user_id]
+            yield
+        except BaseException:
+            self.store.drop_ledger(user_id)
+            raise
 
     def _ingest(
         self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
@@ -326,18 +310,20 @@ class Ingestor:
         vectors, tokens = self.embed_records(fresh + facts, progress)
         n = len(fresh)
         fact_vectors = vectors[n:]
-        keep, supersede, reinforce = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
-        records = fresh + [facts[i] for i in keep]
-        rows = [vectors[:n], fact_vectors[keep]]
-        packed = tokens[:n] + [tokens[n + i] for i in keep]
-        for episode in episodes:  # a summary's words are its messages': no tokens of its own
-            records.append(episode)
-            rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
-            packed.append(None)
-        if replaced:
-            self.store.retract(user_id, replaced, session_id)
-        stored = self.store.append(records, np.concatenate(rows), packed)
-        self._apply(user_id, supersede, reinforce)
+        with self._ledger_kept_true(user_id):
+            settled = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
+            keep, supersede, reinforce = settled
+            records = fresh + [facts[i] for i in keep]
+            rows = [vectors[:n], fact_vectors[keep]]
+            packed = tokens[:n] + [tokens[n + i] for i in keep]
+            for episode in episodes:  # a summary's words are its messages': no tokens of its own
+                records.append(episode)
+                rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
+                packed.append(None)
+            if replaced:
+                self.store.retract(user_id, replaced, session_id)
+            stored = self.store.append(records, np.concatenate(rows), packed)
+            self._apply(user_id, supersede, reinforce)
         return IngestResult(ids, stored, duplicates, len(keep) + len(episodes), warnings)
 
     def backfill_tokens(self, user_id: str, progress: Progress | None = None, batch: int = 256) -> int:
@@ -361,16 +347,36 @@ class Ingestor:
         return done
 
     def add_facts(self, user_id: str, facts: list[Record]) -> list[Record]:
-        """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules."""
+        """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules.
+
+        A fact citing a record forgotten since it was read is dropped: its text may hold what
+        was forgotten.
+        """
         if not facts:
             return []
-        with self._writing(user_id):
+        with self.store.writing(user_id):
+            facts = self._of_stored_sources(user_id, facts)
+            if not facts:
+                return []
             vectors, tokens = self.embed_records(facts)
-            keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
-            kept = [facts[i] for i in keep]
-            stored = self.store.append(kept, vectors[keep], [tokens[i] for i in keep]) if keep else []
-            self._apply(user_id, supersede, reinforce)
+            with self._ledger_kept_true(user_id):
+                keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
+                kept = [facts[i] for i in keep]
+                stored = self.store.append(kept, vectors[keep], [tokens[i] for i in keep]) if keep else []
+                self._apply(user_id, supersede, reinforce)
             return stored
+
+    def _of_stored_sources(self, user_id: str, facts: list[Record]) -> list[Record]:
+        sources = sorted({s for f in facts for s in f.derived_from})
+        if not sources:
+            return facts
+        stored = {r["id"] for r in self.store.log.select(
+            f"user_id = {sql_str(user_id)} AND {sql_in('id', sources)}", ["id"])}  # fmt: skip
+        kept = [f for f in facts if all(s in stored for s in f.derived_from)]
+        if len(kept) < len(facts):
+            log.info("%d extracted fact(s) dropped: a message they cite was forgotten meanwhile",
+                     len(facts) - len(kept))
+        return kept
 
     def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
         for old, new in supersede:

@@ -12,7 +12,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +49,14 @@ class DeleteReport:
     per_store: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     purged: bool = True  # False: the store closed before the bytes left the disk (done at next start)
+
+
+@dataclass
+class _Writer:
+    """One user's write lock, and how many calls hold it or wait for it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    calls: int = 0
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -111,6 +120,8 @@ class MemoryStore:
             raise
         self.context_weight = context_weight
         self._write_lock = threading.RLock()
+        self._writers: dict[str, _Writer] = {}  # per-user locks (``writing``), taken before the write lock
+        self._writers_guard = threading.Lock()
         self._last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
         self._ledgers: dict[str, UserLedger] = {}
         self.catalogs = CatalogCache(self._load_catalog)
@@ -136,6 +147,33 @@ class MemoryStore:
         """The keyed hasher of a user's graph names (None if the user has none yet)."""
         salt = self.log.user_salt(user_id, create=create)
         return KeyHasher(salt) if salt is not None else None
+
+    @contextmanager
+    def writing(self, user_id: str) -> Iterator[None]:
+        """Hold the user's write lock, one per user with a write under way or waiting (another
+        user's long import never holds this one's up).
+
+        A remember holds it from its read of what is stored (repeats, current facts, the
+        session's messages for its summary) to its write; a forget holds it while it deletes,
+        so a remember never stores a summary or a fact of messages deleted meanwhile.
+        """
+        with self._writers_guard:
+            entry = self._writers.setdefault(user_id, _Writer())
+            entry.calls += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._writers_guard:
+                entry.calls -= 1
+                if not entry.calls:
+                    del self._writers[user_id]
+
+    def drop_ledger(self, user_id: str) -> None:
+        """Forget the user's ledger; the next use reads it from the log again (after a write
+        that failed halfway, so the ledger never lists what the log does not hold)."""
+        with self._write_lock:
+            self._ledgers.pop(user_id, None)
 
     def _load_catalog(self, user_id: str) -> EntityCatalog:
         return EntityCatalog.from_counts(self.log.mention_counts(user_id))
@@ -348,18 +386,19 @@ class MemoryStore:
         overlay keeps a trace of the deleted text.
         """
         report = DeleteReport()
-        self.wait_for_writes(user_id)
-        with self._write_lock:
-            all_ids = self._with_derived(user_id, ids)
-            if not all_ids:
-                return report
-            existing = self.log.get(user_id, all_ids)
-            report.ids = [rid for rid in all_ids if rid in existing]
-            report.sessions = {r.session_id for r in existing.values() if r.session_id}
-            intent = self.journal.begin(Intent("delete", user_id, report.ids))
-            self._delete_now(user_id, report)
-            purge = self._purge_later(intent)
-        report.purged = self._purge(purge)
+        with self.writing(user_id):
+            self.wait_for_writes(user_id)
+            with self._write_lock:
+                all_ids = self._with_derived(user_id, ids)
+                if not all_ids:
+                    return report
+                existing = self.log.get(user_id, all_ids)
+                report.ids = [rid for rid in all_ids if rid in existing]
+                report.sessions = {r.session_id for r in existing.values() if r.session_id}
+                intent = self.journal.begin(Intent("delete", user_id, report.ids))
+                self._delete_now(user_id, report)
+                purge = self._purge_later(intent)
+        report.purged = self._purge(purge)  # the records are out of every store: writes may go on
         return report
 
     def _with_derived(self, user_id: str, ids: list[str]) -> list[str]:
@@ -502,20 +541,21 @@ class MemoryStore:
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret."""
         report = DeleteReport()
-        self.wait_for_writes(user_id)
-        with self._write_lock:
-            where = f"user_id = {sql_str(user_id)}"
-            report.ids = [row["id"] for row in self.log.select(where, ["id"])]
-            intent = self.journal.begin(Intent("drop_user", user_id))
-            keys = self.keys(user_id, create=False)
-            report.per_store["log"] = self.log.count(where)
-            self.log.delete_where(where, user_id)
-            self.bm25.drop_user(user_id)
-            report.per_store["bm25"] = report.per_store["log"]
-            report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
-            self.log.drop_user_salt(user_id)
-            self._forgotten(user_id)
-            purge = self._purge_later(intent)
+        with self.writing(user_id):
+            self.wait_for_writes(user_id)
+            with self._write_lock:
+                where = f"user_id = {sql_str(user_id)}"
+                report.ids = [row["id"] for row in self.log.select(where, ["id"])]
+                intent = self.journal.begin(Intent("drop_user", user_id))
+                keys = self.keys(user_id, create=False)
+                report.per_store["log"] = self.log.count(where)
+                self.log.delete_where(where, user_id)
+                self.bm25.drop_user(user_id)
+                report.per_store["bm25"] = report.per_store["log"]
+                report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
+                self.log.drop_user_salt(user_id)
+                self._forgotten(user_id)
+                purge = self._purge_later(intent)
         report.purged = self._purge(purge)
         return report
 
