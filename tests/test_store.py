@@ -816,14 +816,16 @@ def test_a_catalog_counted_from_the_log_is_the_one_built_mention_by_mention(serv
     built = EntityCatalog()
     for record in sorted(log.records("user_id = 'u'"), key=lambda r: r.seq):
         built.add(record.entities)
-    counted = EntityCatalog.from_counts(log.mention_counts("u"))
+    counts, upto = log.mention_counts("u")
+    counted = EntityCatalog.from_counts(counts, upto)
 
     def view(catalog: EntityCatalog) -> list[tuple[object, ...]]:
         return [(k, i.name, i.type, i.aliases, dict(i.surfaces), dict(i.types), i.mentions, i.spoke)
                 for k, i in catalog.entities.items()]  # fmt: skip
 
     assert view(counted) == view(built) and len(built.entities) >= 3
-    assert log.mention_counts("nobody") == []
+    assert upto == max(r["seq"] for r in log.select("user_id = 'u'", ["seq"]))
+    assert log.mention_counts("nobody") == ([], 0)
 
 
 @pytest.mark.parametrize("how", ["forget", "drop_user"])
@@ -857,14 +859,39 @@ def test_a_record_added_while_a_catalog_is_read_is_not_missed() -> None:
         catalog = EntityCatalog()
         for mentions in list(log):
             catalog.add(mentions)
+        catalog.upto = len(log)
         if len(log) == 1:  # a write lands after this read passed its place in the log
             log.append(pixel)
-            cache.add(user_id, pixel)
+            cache.add(user_id, pixel, seq=2)
         return catalog
 
     cache = CatalogCache(read)
     assert set(cache.get("u").entities) == {"ann", "pixel"}
     assert cache.get("u").entities["pixel"].mentions == 1
+
+
+def test_a_record_a_catalog_read_already_counted_is_not_counted_again() -> None:
+    """The write path adds a record's mentions to the catalog just after the record reaches the
+    log; a catalog read from the log in between has counted them already."""
+    from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
+    from mnemoplan.model import EntityMention
+
+    ann = [EntityMention(key="ann", name="Ann", role="speaker")]
+    log = [ann, ann]  # the second record is in the log; its add is still to come
+
+    def read(user_id: str) -> EntityCatalog:
+        catalog = EntityCatalog()
+        for mentions in log:
+            catalog.add(mentions)
+        catalog.upto = len(log)
+        return catalog
+
+    cache = CatalogCache(read)
+    assert cache.get("u").entities["ann"].mentions == 2
+    cache.add("u", ann, seq=2)
+    assert cache.get("u").entities["ann"].mentions == 2
+    cache.add("u", ann, seq=3)
+    assert cache.get("u").entities["ann"].mentions == 3
 
 
 BUILD_BESIDE_APPENDS = """

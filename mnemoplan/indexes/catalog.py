@@ -47,6 +47,7 @@ class EntityCatalog:
     def __init__(self) -> None:
         self.entities: dict[str, EntityInfo] = {}
         self.version = 0
+        self.upto = 0  # the last record (by seq) counted
 
     def _count(self, key: str, name: str, type_: str, role: str, n: int) -> None:
         info = self.entities.get(key)
@@ -66,13 +67,15 @@ class EntityCatalog:
         self.version += 1
 
     @classmethod
-    def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]]) -> EntityCatalog:
+    def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]], upto: int = 0) -> EntityCatalog:
         """A catalog from how often each (key, name, type, role) was mentioned, in order of
-        first mention (the order decides ties between an entity's names)."""
+        first mention (the order decides ties between an entity's names), in the records up to
+        seq ``upto``."""
         catalog = cls()
         for key, name, type_, role, n in counts:
             catalog._count(key, name, type_, role, n)
         catalog.version += 1
+        catalog.upto = upto
         return catalog
 
 
@@ -80,7 +83,9 @@ class CatalogCache:
     """Lazily built catalogs of every user, with a loader that reads the log.
 
     A record added while a user's catalog is being read from the log may be missed by the
-    read (and, the catalog not being cached yet, by ``add``): such a read is done again.
+    read (and, the catalog not being cached yet, by ``add``): such a read is done again. One
+    the read did count is not counted again by its ``add`` (the catalog knows the last seq it
+    read).
     """
 
     def __init__(self, loader: Callable[[str], EntityCatalog]) -> None:
@@ -109,13 +114,16 @@ class CatalogCache:
                         return catalog
             return catalog  # still changing: this read serves the call, the next use reads again
 
-    def add(self, user_id: str, mentions: list[EntityMention]) -> None:
-        """Update a loaded catalog with a new record's mentions (unloaded ones load later)."""
+    def add(self, user_id: str, mentions: list[EntityMention], seq: int) -> None:
+        """Update a loaded catalog with a new record's mentions (unloaded ones load later), unless
+        the catalog was read from the log after the record reached it."""
         with self._state:
             self._changes[user_id] += 1
             catalog = self._catalogs.get(user_id)
-            if catalog is not None and mentions:
-                catalog.add(mentions)
+            if catalog is not None and seq > catalog.upto:
+                catalog.upto = seq
+                if mentions:
+                    catalog.add(mentions)
 
     def invalidate(self, user_id: str) -> None:
         """Drop a user's catalog; the next use rebuilds it from the log."""

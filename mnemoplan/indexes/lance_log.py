@@ -651,27 +651,28 @@ class LanceLog:
         query = self._table.search().where(where).select(columns or META_COLUMNS).limit(limit)
         return query.to_arrow().to_pylist()
 
-    def mention_counts(self, user_id: str) -> list[tuple[str, str, str, str, int]]:
+    def mention_counts(self, user_id: str) -> tuple[list[tuple[str, str, str, str, int]], int]:
         """How often each distinct (key, name, type, role) occurs among a user's entity mentions,
-        in the order each first occurs in the log.
+        in the order each first occurs in the log; and the last seq of the user's records read.
 
         Counted in Arrow: turning 415k mentions of a 100k-record user into Python objects
         one by one took ~1.1 s of the first recall, counting them ~0.15 s.
         """
         if self._table is None:
-            return []
+            return [], 0
         query = self._table.search().where(f"user_id = {sql_str(user_id)}").select(["seq", "entities"]).limit(None)
         data = query.to_arrow().sort_by("seq")  # write order, whatever a purge's rewrite did to the file order
+        upto = int(data.column("seq")[-1].as_py()) if data.num_rows else 0
         flat = pc.list_flatten(data.column("entities"))
         if len(flat) == 0:
-            return []
+            return [], upto
         flat = pa.concat_arrays(flat.chunks) if isinstance(flat, pa.ChunkedArray) else flat
         fields = ["key", "name", "type", "role"]
         table = pa.table({**{f: pc.struct_field(flat, f) for f in fields}, "at": np.arange(len(flat))})
         counted = table.group_by(fields, use_threads=False).aggregate([("at", "min"), ("at", "count")])
         counted = counted.sort_by("at_min")
         columns = [counted.column(f).to_pylist() for f in fields] + [counted.column("at_count").to_pylist()]
-        return [(k or "", n or "", t or "", r or "", c) for k, n, t, r, c in zip(*columns, strict=True)]
+        return [(k or "", n or "", t or "", r or "", c) for k, n, t, r, c in zip(*columns, strict=True)], upto
 
     def records(self, where: str, limit: int | None = None) -> list[Record]:
         """Records matching a filter."""

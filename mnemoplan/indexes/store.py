@@ -176,7 +176,7 @@ class MemoryStore:
             self._ledgers.pop(user_id, None)
 
     def _load_catalog(self, user_id: str) -> EntityCatalog:
-        return EntityCatalog.from_counts(self.log.mention_counts(user_id))
+        return EntityCatalog.from_counts(*self.log.mention_counts(user_id))
 
     def catalog(self, user_id: str) -> EntityCatalog:
         """The user's entity catalog."""
@@ -276,7 +276,7 @@ class MemoryStore:
             for rec, embedding in zip(stored, embeddings, strict=True):
                 if ledger is not None:
                     ledger.note(rec, embedding)
-                self.catalogs.add(rec.user_id, rec.entities)
+                self.catalogs.add(rec.user_id, rec.entities, rec.seq)
             self._writes_since_compact += 1
             if self._writes_since_compact >= self.maintain_every:
                 self._writes_since_compact = 0
