@@ -269,6 +269,12 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("I moved to Paris and later to my new job.", "Melanie moved to Paris, and lives in Paris."),
         ("I moved to Paris and went to Rome.", "Melanie moved to Paris, and lives in Paris."),
         ("I moved to Paris and talked later to Sophie about it.", "Melanie moved to Paris, and lives in Paris."),
+        # a move named by both its ends is a move to where it ended
+        ("I moved from Lyon to Paris.", "Melanie moved from Lyon to Paris, and lives in Paris."),
+        ("My parents moved back from Oslo to New York.", "Melanie's parents moved back from Oslo to New York, and live in New York."),
+        ("I moved to Paris from Lyon.", "Melanie moved to Paris from Lyon, and lives in Paris."),
+        ("I moved from Lyon to Paris in 2010 and then to Rome.", "Melanie moved from Lyon to Paris in 2010, then to Rome, and lives in Rome."),
+        ("I moved from the city to the countryside.", "Melanie moved from the city to the countryside."),
         # not a person, not a place, not said for sure, not said at all
         ("My violin lesson moved to Thursdays.", "Melanie's violin lesson moved to Thursdays."),
         ("I moved to the night shift.", "Melanie moved to the night shift."),
@@ -281,6 +287,21 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
 def test_a_move_says_where_one_lives_now(text: str, expected: str) -> None:
     # "Where do I live?" must find the move by its words; the move also replaces the old place.
     assert [f.text for f in facts(text)] == [expected]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I moved from Lyon to Paris.", ("moved to", "Paris", "paris")),
+        ("I relocated to Paris from Lyon.", ("relocated to", "Paris", "paris")),
+        ("I moved from Sweden.", ("moved from", "Sweden", "sweden")),
+        ("I never moved from Lyon to Paris.", ("did not move from", "Lyon to Paris", "lyon")),
+    ],
+)
+def test_a_move_is_about_where_it_ended(text: str, expected: tuple[str, str, str]) -> None:
+    # Its object is the place one lives in, so it replaces (or reinforces) the place said before.
+    (fact,) = facts(text)
+    assert (fact.predicate, fact.object, fact.object_key) == expected
 
 
 def test_a_later_leg_is_the_same_subjects() -> None:

@@ -76,6 +76,18 @@ def test_moving_somewhere_replaces_where_one_lives(service: MemoryService) -> No
     assert all("Lyon" not in i.text for i in current.items)
 
 
+def test_a_move_from_one_place_to_another_replaces_the_first(service: MemoryService) -> None:
+    service.remember(messages=[MessageIn(content="I live in Lyon", speaker="Zoe", occurred_at=SAID)],
+                     user_id="u", session_id="s1")  # fmt: skip
+    service.remember(messages=[MessageIn(content="I moved from Lyon to Porto in March", speaker="Zoe",
+                                               occurred_at=SAID)],
+                     user_id="u", session_id="s2")  # fmt: skip
+    facts = {f["text"]: f for f in facts_of(service, "u")}
+    assert set(facts) == {"Zoe lives in Lyon.", "Zoe moved from Lyon to Porto in March 2023, and lives in Porto."}
+    old, new = facts["Zoe lives in Lyon."], facts["Zoe moved from Lyon to Porto in March 2023, and lives in Porto."]
+    assert old["superseded_by"] == new["id"] and not new["superseded_by"]
+
+
 def test_forgetting_what_replaced_a_fact_makes_it_current_again(service: MemoryService) -> None:
     service.remember(messages=[MessageIn(content="I live in Lyon", speaker="Zoe", occurred_at=SAID)],
                      user_id="u", session_id="s1")  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
@@ -156,6 +156,25 @@ def _place(obj: str) -> str:
             break
         name.append(word)
     return " ".join(lead + name) if name else ""
+
+
+_ORIGIN_THEN_PLACE = re.compile(r"(?P<origin>.+?)\s+(?:back\s+)?to\s+(?P<place>.+)")  # "Lyon to Paris"
+_PLACE_THEN_ORIGIN = re.compile(r"(?P<place>.+?)\s+from\s+(?P<origin>.+)")  # "Paris from Lyon"
+
+
+def _move_ends(pred: _Predicate, obj: str) -> tuple[_Predicate, str]:
+    """A move named by both its ends is a move to where it ended: "moved from Lyon to Paris" is
+    "moved to" Paris (so one lives in Paris, not in "Lyon to Paris"), as is "moved to Paris from
+    Lyon". Each end must be a named place (``_place``) and all of its phrase; else as said."""
+    if pred.base not in ("move", "relocate") or pred.negated or pred.never:
+        return pred, obj
+    if pred.words[-1] not in ("to", "from"):
+        return pred, obj
+    shape = _ORIGIN_THEN_PLACE if pred.words[-1] == "from" else _PLACE_THEN_ORIGIN
+    ends = shape.fullmatch(obj)
+    if not ends or any(_place(ends.group(end)) != ends.group(end) for end in ("origin", "place")):
+        return pred, obj
+    return replace(pred, words=(*pred.words[:-1], "to")), ends.group("place")
 
 
 def _later_legs(after: str, offset: int, mentions: list[TimeMention]) -> list[tuple[str, list[TimeMention]]]:
@@ -511,11 +530,13 @@ def extract_facts(
             confidence = subject.confidence
             if hedged:
                 confidence = min(confidence, _HEDGED) - (0.1 if confidence < _CONFIDENT else 0.0)
+            said = f"{subject.display} {pred.surface(subject.plural)} {obj}"
+            pred, obj = _move_ends(pred, obj)
             slot = SLOTS.get(pred.canonical(), "")
             legs = _later_legs(sentence[end:], end, mentions) if slot else []
             if legs:  # times after the first leg's clause are the later legs', or another clause's
                 own = [t for t in own if t.position < end]
-            body = f"{subject.display} {pred.surface(subject.plural)} {obj}" + (_time_phrase(own) if own else "")
+            body = said + (_time_phrase(own) if own else "")
             state = _state(subject, slot, legs[-1][0] if legs else _place(obj))
             if state and legs:  # a move in several legs ends where one lives now: the fact is that move
                 body += "".join(f", then to {place}" + (_time_phrase(times) if times else "") for place, times in legs)
