@@ -1032,3 +1032,27 @@ def test_a_write_that_fails_halfway_leaves_no_fact_behind_in_the_ledger(
     service.remember(messages=[turn], user_id="u", session_id="s")
     facts = service.store.log.select("user_id = 'u' AND kind = 'fact'", ["text"])
     assert facts and service.store.log.count("user_id = 'u' AND kind = 'message'") == 1
+
+
+def test_a_users_lock_lives_only_while_it_is_held_or_awaited() -> None:
+    """Per-user locks (writes, BM25 rebuilds) do not pile up with every user ever seen, and one
+    user's long hold does not hold another's up."""
+    from mnemoplan.indexes.locks import KeyedLocks
+
+    locks = KeyedLocks()
+    order: list[str] = []
+
+    def again() -> None:
+        with locks.hold("ann"):
+            order.append("ann 2")
+
+    with locks.hold("ann"):
+        with locks.hold("ben"):  # another key: not held up
+            order.append("ben")
+        second = threading.Thread(target=again)
+        second.start()
+        second.join(timeout=0.2)
+        assert order == ["ben"] and len(locks) == 1  # the second "ann" waits
+        order.append("ann 1")
+    second.join(timeout=5)
+    assert order == ["ben", "ann 1", "ann 2"] and len(locks) == 0

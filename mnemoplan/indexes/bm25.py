@@ -29,6 +29,8 @@ from pathlib import Path
 import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
+from mnemoplan.indexes.locks import KeyedLocks
+
 log = logging.getLogger(__name__)
 
 _ANALYZER_NAME = "mnemo_en"
@@ -108,7 +110,7 @@ class BM25Index:
         self._open: OrderedDict[str, _UserIndex] = OrderedDict()
         self._max_open = max_open
         self._lock = threading.RLock()
-        self._rebuild_locks: dict[str, threading.Lock] = {}  # one rebuild of a user at a time
+        self._rebuilds = KeyedLocks()  # one rebuild of a user at a time
         self._touched: dict[str, set[str]] = {}  # ids written while a user's rebuild runs
         self._dropped: set[str] = set()  # users dropped while their rebuild ran
         self._closed = False
@@ -258,9 +260,7 @@ class BM25Index:
         Returns the documents in the new index (0 when the store closed or the user was
         dropped meanwhile: the old state stands).
         """
-        with self._lock:
-            rebuild_lock = self._rebuild_locks.setdefault(user_id, threading.Lock())
-        with rebuild_lock:
+        with self._rebuilds.hold(user_id):
             with self._lock:
                 if self._closed:
                     return 0
@@ -350,10 +350,7 @@ class BM25Index:
         with self._lock:
             self._closed = True
             users = list(self._open)
-            rebuilds = list(self._rebuild_locks.values())
-        for rebuild_lock in rebuilds:
-            with rebuild_lock:
-                pass
+        self._rebuilds.wait_idle()
         for user_id in users:
             self._close_user(user_id)
 

@@ -35,6 +35,7 @@ from mnemoplan.indexes.graph import GraphIndex
 from mnemoplan.indexes.journal import Intent, WriteJournal
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
 from mnemoplan.indexes.ledger import UserLedger
+from mnemoplan.indexes.locks import KeyedLocks
 from mnemoplan.indexes.overlays import OverlayWriter
 from mnemoplan.model import DocRecord, Record
 
@@ -49,14 +50,6 @@ class DeleteReport:
     per_store: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     purged: bool = True  # False: the store closed before the bytes left the disk (done at next start)
-
-
-@dataclass
-class _Writer:
-    """One user's write lock, and how many calls hold it or wait for it."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    calls: int = 0
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -120,8 +113,7 @@ class MemoryStore:
             raise
         self.context_weight = context_weight
         self._write_lock = threading.RLock()
-        self._writers: dict[str, _Writer] = {}  # per-user locks (``writing``), taken before the write lock
-        self._writers_guard = threading.Lock()
+        self._writers = KeyedLocks()  # per-user locks (``writing``), taken before the write lock
         self._last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
         self._ledgers: dict[str, UserLedger] = {}
         self.catalogs = CatalogCache(self._load_catalog)
@@ -157,17 +149,8 @@ class MemoryStore:
         session's messages for its summary) to its write; a forget holds it while it deletes,
         so a remember never stores a summary or a fact of messages deleted meanwhile.
         """
-        with self._writers_guard:
-            entry = self._writers.setdefault(user_id, _Writer())
-            entry.calls += 1
-        try:
-            with entry.lock:
-                yield
-        finally:
-            with self._writers_guard:
-                entry.calls -= 1
-                if not entry.calls:
-                    del self._writers[user_id]
+        with self._writers.hold(user_id):
+            yield
 
     def drop_ledger(self, user_id: str) -> None:
         """Forget the user's ledger; the next use reads it from the log again (after a write
