@@ -50,36 +50,39 @@ class UserLedger:
 
     @classmethod
     def load(cls, log: LanceLog, user_id: str) -> UserLedger:
-        """Read a user's ledger from the log (one scan, plus the vectors of current facts)."""
+        """Read a user's ledger from the log (one read, plus the vectors of current facts).
+
+        Column by column: a dict per row cost ~0.4 s at 100k records, and this load comes on a
+        user's first write and the first after each forget."""
         ledger = cls()
-        pending: list[dict] = []
-        for rows in log.scan(f"user_id = {sql_str(user_id)}", _COLUMNS):
-            for row in rows:
-                ledger._note_row(row)
-                if row["kind"] == "fact" and not row["superseded_by"]:
-                    pending.append(row)
+        cols = log.columns(f"user_id = {sql_str(user_id)}", _COLUMNS)
+        ids, kinds, sessions = cols["id"], cols["kind"], cols["session_id"]
+        ledger.by_hash = dict(zip(cols["content_hash"], ids, strict=True))
+        ledger.by_source = {(session, source): rid for rid, session, source
+                            in zip(ids, sessions, cols["source_id"], strict=True) if source}  # fmt: skip
+        pending: list[int] = []
+        for i, kind in enumerate(kinds):
+            if kind == "message":
+                ledger.session_messages.setdefault(sessions[i], []).append((cols["seq"][i], ids[i]))
+            elif kind == "episode":
+                ledger._note_summary(ids[i], sessions[i], json.loads(cols["metadata"][i] or "{}"))
+            elif kind == "fact" and not cols["superseded_by"][i]:
+                pending.append(i)
         for messages in ledger.session_messages.values():
             messages.sort()
-        vectors = log.vectors(user_id, [r["id"] for r in pending]) if pending else {}
-        for row in pending:
-            if row["id"] in vectors:
-                ledger.add_fact(row["id"], json.loads(row["metadata"] or "{}"), vectors[row["id"]],
-                                int(row["mention_count"] or 1))  # fmt: skip
+        vectors = log.vectors(user_id, [ids[i] for i in pending]) if pending else {}
+        for i in pending:
+            if ids[i] in vectors:
+                ledger.add_fact(ids[i], json.loads(cols["metadata"][i] or "{}"), vectors[ids[i]],
+                                int(cols["mention_count"][i] or 1))  # fmt: skip
         return ledger
 
-    def _note_row(self, row: dict) -> None:
-        self.by_hash[row["content_hash"]] = row["id"]
-        if row["source_id"]:
-            self.by_source[(row["session_id"], row["source_id"])] = row["id"]
-        if row["kind"] == "message":
-            self.session_messages.setdefault(row["session_id"], []).append((row["seq"], row["id"]))
-        elif row["kind"] == "episode":
-            meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else row["metadata"]
-            if meta.get("summarizer") == SUMMARIZER:  # made here (a user's own episode is theirs to keep)
-                self.summaries.setdefault(row["session_id"], {})[row["id"]] = Summary(
-                    row["id"], str(meta.get("first_message", "")), str(meta.get("last_message", "")),
-                    int(meta.get("message_count", 0)),
-                )  # fmt: skip
+    def _note_summary(self, rid: str, session_id: str, meta: dict) -> None:
+        if meta.get("summarizer") == SUMMARIZER:  # made here (a user's own episode is theirs to keep)
+            self.summaries.setdefault(session_id, {})[rid] = Summary(
+                rid, str(meta.get("first_message", "")), str(meta.get("last_message", "")),
+                int(meta.get("message_count", 0)),
+            )  # fmt: skip
 
     def last_message(self, session_id: str) -> str | None:
         """The id of the session's last message, if it has one."""
@@ -158,9 +161,14 @@ class UserLedger:
 
     def note(self, rec: Record, vector: np.ndarray | None = None) -> None:
         """Account for a stored record."""
-        self._note_row({**rec.model_dump(include={"id", "content_hash", "source_id", "session_id", "seq", "kind"}),
-                        "metadata": rec.metadata})  # fmt: skip
-        if rec.kind == "fact" and vector is not None:
+        self.by_hash[rec.content_hash] = rec.id
+        if rec.source_id:
+            self.by_source[(rec.session_id, rec.source_id)] = rec.id
+        if rec.kind == "message":
+            self.session_messages.setdefault(rec.session_id, []).append((rec.seq, rec.id))
+        elif rec.kind == "episode":
+            self._note_summary(rec.id, rec.session_id, rec.metadata)
+        elif rec.kind == "fact" and vector is not None:
             self.add_fact(rec.id, rec.metadata, vector, rec.mention_count, rec)
 
     def add_fact(self, rid: str, meta: dict, vector: np.ndarray, mentions: int = 1, rec: Record | None = None) -> None:
