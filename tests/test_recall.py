@@ -356,3 +356,20 @@ def test_an_items_metadata_is_the_callers_own_copy(service: MemoryService) -> No
     first = service.recall("bees on the roof", user_id="u").items[0]
     first.metadata["tags"].append("edited")
     assert service.recall("bees on the roof", user_id="u").items[0].metadata == {"tags": ["hobby"]}
+
+
+@pytest.mark.parametrize("when", [datetime(9999, 12, 30, tzinfo=UTC), datetime(1, 1, 3, tzinfo=UTC)])
+def test_a_time_said_at_the_ends_of_the_calendar_is_kept_without_its_relative_dates(
+    service: MemoryService, when: datetime
+) -> None:
+    """"Next week" on 30 December 9999 and "last week" on 3 January of year 1 name no date a
+    datetime can hold: the message is stored and found, the time left unresolved."""
+    said = "See you next week, and last week was great; next year too, and in the last decade."
+    stored = service.remember(messages=[MessageIn(content=said, speaker="Ann", occurred_at=when)], user_id="u",
+                              session_id="s").ids  # fmt: skip
+    for query in ("What happened last week?", "What is planned for next week?"):
+        found = service.recall(query, user_id="u", reference_time=when)
+        assert stored[0] in [i.id for i in found.items] and not found.warnings
+        deep = service.deep_search(query, user_id="u", reference_time=when)
+        assert stored[0] in [i.id for i in deep.items]
+        assert not [s.error for s in deep.steps if s.error]

@@ -337,6 +337,8 @@ def find_times(text: str, reference: datetime) -> list[TimeMention]:
                 continue  # "Feb 29" inside "Feb 29, 2023" is not the last 29 February there was
             try:
                 resolved = _resolve(kind, m, ref)
+            except OverflowError:  # "next week" said on 30 December 9999: no such time
+                continue
             except (ValueError, IndexError):
                 if kind in _DAY_WITH_YEAR:
                     impossible.append(span)

@@ -98,8 +98,8 @@ def sql_in(column: str, values: list[str]) -> str:
 
 
 def sql_ts(value: datetime) -> str:
-    """A timestamp literal for a LanceDB filter."""
-    return f"CAST('{value.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}' AS TIMESTAMP)"
+    """A timestamp literal for a LanceDB filter (a year of four digits: strftime gives "1" for 0001)."""
+    return f"CAST('{value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec='microseconds')}' AS TIMESTAMP)"
 
 
 @functools.cache
