@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemoplan.errors import DataDirLocked
+from mnemoplan.errors import DataDirLocked, InvalidInput
 from mnemoplan.indexes.ingest import NewMemory
 from mnemoplan.indexes.lance_log import _usable_cpus
 from mnemoplan.indexes.store import MemoryStore
@@ -129,6 +129,18 @@ def test_word_rarity_comes_from_the_users_own_documents(service: MemoryService) 
     assert the == 0.0 and colon == 0.0  # words the index ignores carry nothing
     assert 0.0 < lake < kayak < unseen  # the rarer in this user's memory, the heavier
     assert service.store.bm25.word_idf("nobody", ["lake"])[0] > 0.0  # no index yet: nothing is common
+
+
+def test_an_empty_user_id_is_refused_not_taken_for_the_servers_user(service: MemoryService) -> None:
+    """A caller whose user id came out empty must not forget (or read, or write) the default user."""
+    kept = say(service, service.default_user_id, "s", ("Ann", "I keep bees on the roof."))
+    for call in (lambda: service.forget(scope="user", user_id=""),
+                 lambda: service.recall("bees", user_id=""),
+                 lambda: service.remember(content="hello", user_id="")):  # fmt: skip
+        with pytest.raises(InvalidInput, match="user_id is empty"):
+            call()
+    assert service.store.log.get(service.default_user_id, kept)
+    assert service.recall("Who keeps bees?").items  # None is still the server's user
 
 
 def test_forget_removes_derived_records(service: MemoryService) -> None:

@@ -124,7 +124,15 @@ class MemoryService:
                 self.search_log.record(entry)
 
     def _user(self, user_id: str | None) -> str:
-        return check_scope(user_id or self.default_user_id, what="user_id", required=True)
+        """The user named, else (None) the server's. An empty name is an error, not the server's
+        user: a caller whose variable came out empty must not write to, read or forget another's
+        memory."""
+        if user_id == "":
+            raise InvalidInput(
+                "user_id is empty.",
+                hint=f"Name the user, or leave user_id out for the server's user ({self.default_user_id!r}).",
+            )
+        return check_scope(self.default_user_id if user_id is None else user_id, what="user_id", required=True)
 
     def _reader(self, user_id: str | None) -> str:
         """The user of a read, once every write of theirs that returned is visible."""
