@@ -232,7 +232,15 @@ def test_a_caller_plan_runs_exactly_as_given(service: MemoryService) -> None:
     result = service.deep_search("pottery", user_id="u", plan=plan)
     assert result.stats.rounds == 1 and [s.step_id for s in result.steps] == ["only"]
     assert result.plans[0].steps == plan.steps and result.plans[0].source == "caller"
-    assert len(result.items) <= 3
+    assert len(result.items) <= 3 and not result.warnings
+    other = service.deep_search("Where does Ann live?", user_id="u", plan=plan)
+    assert [i.id for i in other.items] == [i.id for i in result.items]  # the plan's query is searched...
+    assert any("plan's query 'pottery' was searched" in w for w in other.warnings)  # ...and it says so
+
+
+def test_explain_plan_gives_the_servers_own_cap_on_max_results(service: MemoryService) -> None:
+    schema = service.explain_plan("pottery", user_id="u").plan_schema
+    assert schema["properties"]["max_results"]["maximum"] == service.limits.deep_max_results == 30
 
 
 def test_a_caller_plans_max_results_holds_unless_the_call_sets_its_own(service: MemoryService) -> None:

@@ -46,6 +46,18 @@ def test_stats_command_reads_the_log(tmp_path: Path, capsys: pytest.CaptureFixtu
     summary = json.loads(capsys.readouterr().out)
     assert summary["recall"]["searches"] == 3 and summary["deep"]["searches"] == 1
     assert summary["recall"]["errors"] == 0 and summary["recall"]["p50_ms"] > 0
+    with pytest.raises(SystemExit):
+        main(["stats", "--help"])
+    assert "only this user's searches (default: every user's)" in capsys.readouterr().out
+
+
+def test_stats_latency_counts_searches_that_ran() -> None:
+    from mnemoplan.server.commands import summarise_searches
+
+    entries = [{"tool": "recall", "ok": True, "duration_ms": ms} for ms in (10.0, 12.0, 14.0)]
+    entries += [{"tool": "recall", "ok": False, "duration_ms": 0.1} for _ in range(4)]  # rejected at once
+    summary = summarise_searches(entries)["recall"]
+    assert summary["errors"] == 4 and summary["p50_ms"] == 12.0
 
 
 def test_command_errors_are_one_line_and_an_exit_code(
@@ -53,10 +65,15 @@ def test_command_errors_are_one_line_and_an_exit_code(
 ) -> None:
     monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
     data = str(tmp_path / "data")
+    assert main(["search", "otters", "--data-dir", data]) == 2  # a mistyped directory is not made a store
+    assert "[not_found] There is no data directory" in capsys.readouterr().err and not Path(data).exists()
+    make_service(Path(data)).close()
     assert main(["search", "otters", "--limit", "0", "--data-dir", data]) == 2
     assert main(["search", " ", "--data-dir", data]) == 2
     err = capsys.readouterr().err
     assert err.count("[invalid_input]") == 2 and "Traceback" not in err
+    assert main(["search", "otters", "--data-dir", data]) == 0
+    assert "no memories of user 'default' match" in capsys.readouterr().out
     (tmp_path / "a-file").write_text("", encoding="utf-8")
     assert main(["search", "otters", "--data-dir", str(tmp_path / "a-file")]) == 1
     assert "mnemoplan: " in capsys.readouterr().err

@@ -89,7 +89,7 @@ class QueryPlan(BaseModel):
     steps: list[PlanStep]
     combination_strategy: CombinationStrategy = "weighted_union"
     expected_answer_type: AnswerType = "text"
-    max_results: int = Field(10, ge=1, le=50)
+    max_results: int = Field(10, ge=1, le=100)  # the server caps it lower (deep_max_results, 30 by default)
     source: Literal["deterministic", "llm", "caller", "cache", "replan"] = "deterministic"
 
 

@@ -56,8 +56,11 @@ def as_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def check_text(value: str, *, what: str, max_chars: int) -> str:
-    """Validate free text that will be stored or searched.
+def check_text(
+    value: str, *, what: str, max_chars: int,
+    hint: str = "Split it into several messages, or raise MNEMOPLAN_MAX_TEXT_CHARS.",
+) -> str:  # fmt: skip
+    """Validate free text that will be stored or searched (``hint``: what to do when it is too long).
 
     Raises:
         InvalidInput: empty text, a NUL character or an unpaired surrogate (not valid UTF-8).
@@ -70,7 +73,7 @@ def check_text(value: str, *, what: str, max_chars: int) -> str:
     if len(value) > max_chars:
         raise TooLarge(
             f"{what} has {len(value)} characters; the limit is {max_chars}.",
-            hint="Split it into several messages, or raise MNEMOPLAN_MAX_TEXT_CHARS.",
+            hint=hint,
         )
     bad = _BAD_CHARS_RE.search(value)
     if bad:

@@ -291,6 +291,9 @@ class DeepSearch:
         caller = plan is not None
         first: QueryPlan | None = None
         if plan is not None:
+            if plan.query.strip() and plan.query.strip() != query.strip():
+                run.warnings.append(f"the plan's query {plan.query!r} was searched, not the call's {query!r} "
+                                    "(which set the time window and the entities)")  # fmt: skip
             plan = self.recall.registry.validate(plan.model_copy(update={"source": "caller", "query": plan.query or query}))
         else:
             first = self._first_plan(analysis, scope.user_id, max_results, run)

@@ -80,8 +80,15 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_service(args: argparse.Namespace):
+def _open_service(args: argparse.Namespace, *, existing: bool = False):
+    """The service over the data directory; with ``existing``, one that must hold a memory
+    already (a search in a mistyped directory is an error, not an empty store made there)."""
     settings = _settings(args)
+    if existing and not settings.data_dir.exists():
+        from mnemoplan.errors import NotFound
+
+        raise NotFound(f"There is no data directory {settings.data_dir}.",
+                       hint="Check --data-dir or $MNEMOPLAN_DATA_DIR.")  # fmt: skip
     _setup_logging("WARNING" if not getattr(args, "verbose", False) else "INFO", settings.log_file)
     from mnemoplan.errors import MnemoError
     from mnemoplan.server.bootstrap import build_service
@@ -132,9 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mnemoplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def common(p: argparse.ArgumentParser) -> None:
+    def common(p: argparse.ArgumentParser, user_help: str = "") -> None:
         p.add_argument("--data-dir", type=Path, help="data directory (default: $MNEMOPLAN_DATA_DIR or ~/.local/share/mnemoplan)")
-        p.add_argument("--user", help="default user id (default: $MNEMOPLAN_DEFAULT_USER_ID or 'default')")
+        p.add_argument("--user", help=user_help or "default user id (default: $MNEMOPLAN_DEFAULT_USER_ID or 'default')")
 
     p = sub.add_parser("serve", help="run the MCP server (stdio unless --http)", description=cmd_serve.__doc__)
     common(p)

@@ -13,7 +13,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     """Run one recall (or deep search) from the shell and print the results with per-phase timings."""
     from mnemoplan.server.cli import _open_service
 
-    service = _open_service(args)
+    service = _open_service(args, existing=True)
     try:
         if args.deep:
             result = service.deep_search(args.query, user_id=args.user, max_results=args.limit)
@@ -27,6 +27,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         for rank, item in enumerate(result.items, 1):
             who = f"{item.speaker}: " if item.speaker else ""
             print(f"{rank:2d}. {item.score:.3f} [{item.occurred_at.date()}] {who}{item.text[:160]}")
+        if not result.items:
+            print(f"no memories of user {result.user_id!r} match")
         print("timings (ms): " + ", ".join(f"{k}={v:.1f}" for k, v in timings.items()), file=sys.stderr)
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
@@ -41,7 +43,7 @@ def summarise_searches(entries: list[dict]) -> dict[str, dict]:
     for tool in sorted({e.get("tool", "?") for e in entries}):
         rows = [e for e in entries if e.get("tool") == tool]
         ok = [e for e in rows if e.get("ok")]
-        durations = sorted(e.get("duration_ms", 0.0) for e in rows)
+        durations = sorted(e.get("duration_ms", 0.0) for e in ok)  # a failed call's time is no search's
         indexes: dict[str, int] = {}
         for e in ok:
             for step in e.get("steps", []):
@@ -100,7 +102,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
-def add_commands(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_commands(sub: argparse._SubParsersAction, common: Callable[..., None]) -> None:
     """Register the search and bench subcommands."""
     p = sub.add_parser("search", help="run one recall or deep search", description=cmd_search.__doc__)
     common(p)
@@ -111,7 +113,7 @@ def add_commands(sub: argparse._SubParsersAction, common: Callable[[argparse.Arg
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("stats", help="aggregates of the search log", description=cmd_stats.__doc__)
-    common(p)
+    common(p, user_help="only this user's searches (default: every user's)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_stats)
 

@@ -141,7 +141,8 @@ class MemoryService:
         return user
 
     def _query(self, query: str) -> str:
-        return check_text(query, what="query", max_chars=self.limits.max_query_chars)
+        return check_text(query, what="query", max_chars=self.limits.max_query_chars,
+                          hint="Shorten it to what is asked, or raise MNEMOPLAN_MAX_QUERY_CHARS.")
 
     @staticmethod
     def _window(time_range: TimeRange | None) -> tuple[datetime | None, datetime | None]:
@@ -252,7 +253,8 @@ class MemoryService:
         if history and (len(history) > 50 or any(not isinstance(h, str) for h in history)):
             raise InvalidInput("history takes at most 50 strings (the last turns of the conversation).")
         for i, turn in enumerate(history or []):
-            check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars)
+            check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars,
+                       hint="Send the turn shortened, or raise MNEMOPLAN_MAX_TEXT_CHARS.")
         return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
             query, scope, limit=limit, reference_time=reference_time, options=options, history=history))  # fmt: skip
 
@@ -332,8 +334,10 @@ class MemoryService:
             unknown = [rid for rid in wanted if rid not in found]
             if unknown:
                 raise NotFound(
-                    f"{len(unknown)} id(s) are not memories of user {user!r}: {', '.join(unknown[:5])}.",
-                    hint="Nothing was deleted. Check the ids and the user_id.",
+                    f"{len(unknown)} id(s) are not memories of user {user!r} (never stored, or forgotten "
+                    f"already): {', '.join(unknown[:5])}.",
+                    hint="Nothing was deleted. Check the ids and the user_id; a forget that succeeded "
+                    "needs no retry.",
                 )
             report = self.store.delete(user, wanted)
             label = "ids"
@@ -367,7 +371,10 @@ class MemoryService:
         """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
         user = self._reader(user_id)
         query = self._query(query)
-        return self.deep.explain(query, user)
+        result = self.deep.explain(query, user)
+        # The schema's bound is the model's widest; this server takes at most its own cap.
+        result.plan_schema["properties"]["max_results"]["maximum"] = self.limits.deep_max_results
+        return result
 
     def close(self) -> None:
         """Release every store."""
