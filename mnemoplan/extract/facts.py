@@ -163,16 +163,18 @@ _PLACE_THEN_ORIGIN = re.compile(r"(?P<place>.+?)\s+from\s+(?P<origin>.+)")  # "P
 
 
 def _move_ends(pred: _Predicate, obj: str) -> tuple[_Predicate, str]:
-    """A move named by both its ends is a move to where it ended: "moved from Lyon to Paris" is
-    "moved to" Paris (so one lives in Paris, not in "Lyon to Paris"), as is "moved to Paris from
-    Lyon". Each end must be a named place (``_place``) and all of its phrase; else as said."""
+    """A move named by both its ends is a move to where it ended: "moved from Lyon (the city) to
+    Paris (for a job)" is "moved to" "Paris (for a job)", so one lives in Paris, not in "Lyon to
+    Paris"; and "moved to Paris from Lyon" is about Paris. Where it ended must open with a
+    named place (``_place``), and be all of it when it comes first; else as said."""
     if pred.base not in ("move", "relocate") or pred.negated or pred.never:
         return pred, obj
     if pred.words[-1] not in ("to", "from"):
         return pred, obj
-    shape = _ORIGIN_THEN_PLACE if pred.words[-1] == "from" else _PLACE_THEN_ORIGIN
-    ends = shape.fullmatch(obj)
-    if not ends or any(_place(ends.group(end)) != ends.group(end) for end in ("origin", "place")):
+    origin_first = pred.words[-1] == "from"
+    ends = (_ORIGIN_THEN_PLACE if origin_first else _PLACE_THEN_ORIGIN).fullmatch(obj)
+    place = _place(ends.group("place")) if ends else ""
+    if not place or (not origin_first and place != ends.group("place")):
         return pred, obj
     return replace(pred, words=(*pred.words[:-1], "to")), ends.group("place")
 
