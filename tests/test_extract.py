@@ -60,6 +60,13 @@ def span(text: str, ref: datetime = SAID) -> tuple[str, str, str]:
     return t.start.date().isoformat(), t.end.date().isoformat(), t.granularity
 
 
+@pytest.mark.parametrize("text", ["lessons every Tuesday", "yoga each Monday", "we meet every other Friday"])
+def test_a_weekday_said_as_a_habit_is_no_date(text: str) -> None:
+    # "every Tuesday" is no one Tuesday: read as the last one, it dated the fact wrongly
+    assert find_times(text, SAID) == []
+    assert [t.text for t in find_times(f"{text}, and I saw her last Friday", SAID)] == ["last Friday"]
+
+
 @pytest.mark.parametrize(("text", "expected"), ABSOLUTE_DATES)
 def test_absolute_dates_are_read_with_their_precision(text: str, expected: tuple[str, str, str]) -> None:
     assert span(text) == expected
