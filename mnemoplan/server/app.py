@@ -19,11 +19,11 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import NotificationParams, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
-from mnemoplan.errors import MnemoError, Unavailable
+from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
@@ -115,6 +115,33 @@ async def call_service(ctx: Context, fn: Callable[[Any], T]) -> T:
     except Exception:
         log.exception("unexpected error in a tool call")
         raise ToolError("[internal_error] Unexpected server error; the details are in the server log.") from None
+
+
+class _MemoryServer(MCPServer):
+    """The SDK's server, with arguments that fail the input schema reported as the service's
+    own bad input: a code, each field's problem in a line, a hint; not pydantic's dump with
+    its documentation links."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: {bad_arguments(exc.__cause__).to_text()}") from exc.__cause__
+
+
+def bad_arguments(error: ValidationError) -> InvalidInput:
+    """A tool call's schema errors as one InvalidInput: each field with its problem."""
+    problems = []
+    for err in error.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in err["loc"]) or "arguments"
+        problems.append(f"{where}: {err['msg'][:1].lower()}{err['msg'][1:]}")
+    return InvalidInput(
+        f"{len(problems)} argument(s) do not fit the tool's input schema: " + "; ".join(problems[:10]) + ".",
+        hint="Each tool's input schema (tools/list) names its arguments and their types; times are ISO-8601, "
+        "e.g. 2024-05-01T14:00:00Z.",
+    )
 
 
 UserId = Annotated[str | None, Field(description="Whose memory; defaults to the server's configured user.")]
@@ -265,7 +292,7 @@ def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> 
         finally:
             await anyio.to_thread.run_sync(holder.close)
 
-    mcp = MCPServer(
+    mcp = _MemoryServer(
         "mnemoplan",
         title="mnemoplan memory",
         instructions=INSTRUCTIONS,
