@@ -128,7 +128,8 @@ class _MemoryServer(MCPServer):
         except ToolError as exc:
             if not isinstance(exc.__cause__, ValidationError):
                 raise
-            raise ToolError(f"Error executing tool {name}: {bad_arguments(exc.__cause__).to_text()}") from exc.__cause__
+            problem = bad_arguments(exc.__cause__).to_text()
+            raise ToolError(f"Error executing tool {name}: {problem}") from exc.__cause__
 
 
 def bad_arguments(error: ValidationError) -> InvalidInput:
