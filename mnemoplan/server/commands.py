@@ -15,6 +15,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     service = _open_service(args, existing=True)
     try:
+        if service.embedder is not None:  # loaded first: the timings are the search's, not the model's load
+            service.embedder.embed(["warm up"])
         if args.deep:
             result = service.deep_search(args.query, user_id=args.user, max_results=args.limit)
             timings = result.stats.durations_ms
