@@ -60,11 +60,21 @@ def span(text: str, ref: datetime = SAID) -> tuple[str, str, str]:
     return t.start.date().isoformat(), t.end.date().isoformat(), t.granularity
 
 
-@pytest.mark.parametrize("text", ["lessons every Tuesday", "yoga each Monday", "we meet every other Friday"])
+@pytest.mark.parametrize(
+    "text",
+    ["lessons every Tuesday", "yoga each Monday", "we meet every other Friday", "every Monday and Friday"],
+)
 def test_a_weekday_said_as_a_habit_is_no_date(text: str) -> None:
     # "every Tuesday" is no one Tuesday: read as the last one, it dated the fact wrongly
     assert find_times(text, SAID) == []
     assert [t.text for t in find_times(f"{text}, and I saw her last Friday", SAID)] == ["last Friday"]
+
+
+@pytest.mark.parametrize(
+    "text", ["saw each other last Tuesday", "see each other on Tuesday", "each other Tuesday"]
+)
+def test_each_other_on_a_weekday_is_a_date(text: str) -> None:
+    assert [t.start.date().isoformat() for t in find_times(text, SAID)] == ["2023-05-02"]
 
 
 @pytest.mark.parametrize(("text", "expected"), ABSOLUTE_DATES)

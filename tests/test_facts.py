@@ -276,7 +276,7 @@ def test_several_facts_in_order_deduplicated_and_capped() -> None:
         ("I moved from Lyon to Paris in 2010 and then to Rome.", "Melanie moved from Lyon to Paris in 2010, then to Rome, and lives in Rome."),
         ("I moved from the city to the countryside.", "Melanie moved from the city to the countryside."),
         ("I moved from Lisbon to Porto for a new job.", "Melanie moved from Lisbon to Porto for a new job, and lives in Porto."),
-        ("I moved from my parents' house to Oslo.", "Melanie moved from Melanie's parents' house to Oslo, and lives in Oslo."),
+        ("I moved from my old team to Stripe.", "Melanie moved from Melanie's old team to Stripe."),
         ("I moved from Lyon to my new flat.", "Melanie moved from Lyon to Melanie's new flat."),
         # not a person, not a place, not said for sure, not said at all
         ("My violin lesson moved to Thursdays.", "Melanie's violin lesson moved to Thursdays."),

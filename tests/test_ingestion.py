@@ -244,6 +244,40 @@ def test_llm_extraction_failures_lose_nothing_and_are_retried(tmp_path: Path) ->
             svc.close()
 
 
+def test_a_message_forgotten_while_the_llm_reads_its_batch_leaves_no_fact(tmp_path: Path) -> None:
+    """The LLM reads a whole batch; a message of it forgotten before the facts are stored may be
+    in any of them (whatever they cite): the facts are dropped and what is left is read again."""
+    said = ["My bank PIN is 4812", "I adopted a cat named Miso"]
+    calls: list[str] = []
+
+    def fact(text: str) -> dict[str, Any]:
+        return {"kind": "fact", "content": text, "subject": "Ann", "predicate": "has", "object": "x",
+                "entities": ["Ann"], "confidence": 0.9, "sources": [1]}  # fmt: skip
+
+    with LoopbackMessagesServer() as server:
+        svc = extraction_service(tmp_path, server)
+
+        def respond(body: dict[str, Any]) -> Reply:
+            prompt = json.dumps(body)
+            calls.append(prompt)
+            if len(calls) == 1:  # the user forgets the PIN while the LLM reads it
+                svc.forget(ids=[ids[0]], user_id="u")
+                return Reply(json.dumps({"facts": [fact("Ann's cat is named Miso; her PIN is 4812")]}))
+            return Reply(json.dumps({"facts": [fact("Ann has a cat named Miso")]}))
+
+        server.responder = respond
+        try:
+            ids = svc.remember(messages=[MessageIn(content=t, speaker="Ann") for t in said], user_id="u",
+                               session_id="s").ids  # fmt: skip
+            wait_until(lambda: len(calls) == 2 and not svc.extraction.pending)
+            svc.extraction.drain()
+            assert "4812" in calls[0] and "4812" not in calls[1]  # read again without the forgotten one
+            texts = [r["text"] for r in svc.store.log.select("user_id = 'u'", ["text"])]
+            assert "Ann has a cat named Miso" in texts and not [t for t in texts if "4812" in t]
+        finally:
+            svc.close()
+
+
 def test_pending_extraction_survives_a_restart(tmp_path: Path) -> None:
     with LoopbackMessagesServer() as server:
         server.script(Reply(status=500), Reply(status=500))

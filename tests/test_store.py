@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mnemoplan.errors import DataDirLocked, InvalidInput
-from mnemoplan.indexes.ingest import NewMemory
+from mnemoplan.indexes.ingest import NewMemory, SourcesGone
 from mnemoplan.indexes.lance_log import _usable_cpus
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import MessageIn, Record, TimeRange
@@ -1020,10 +1020,15 @@ def test_facts_extracted_from_a_message_forgotten_meanwhile_are_not_stored(servi
             "id": uuid.uuid4().hex, "kind": "fact", "text": text, "derived_from": list(sources),
             "content_hash": uuid.uuid4().hex, "entities": [], "seq": 0, "prev_id": ""})  # fmt: skip
 
-    stored = service.ingestor.add_facts("u", [fact("Ann has a cat, Miso", kept), fact("Ann's PIN is 4812", kept, gone)])
-    assert [r.text for r in stored] == ["Ann has a cat, Miso"]
+    with pytest.raises(SourcesGone) as gone_:
+        service.ingestor.add_facts("u", [fact("Ann has a cat, Miso", kept), fact("PIN: 4812", kept, gone)])
+    assert gone_.value.missing == {gone}
+    with pytest.raises(SourcesGone):  # cited or not, a fact of a batch that held it may hold it
+        service.ingestor.add_facts("u", [fact("Ann has a cat, Miso, PIN 4812", kept)], read=[kept, gone])
     texts = [r["text"] for r in service.store.log.select("user_id = 'u'", ["text"])]
-    assert not [t for t in texts if "4812" in t]
+    assert not [t for t in texts if "4812" in t or "Miso," in t]
+    assert [r.text for r in service.ingestor.add_facts("u", [fact("Ann has a cat, Miso", kept)])] == \
+        ["Ann has a cat, Miso"]  # fmt: skip
 
 
 def test_a_write_that_fails_halfway_leaves_no_fact_behind_in_the_ledger(

@@ -163,18 +163,22 @@ _PLACE_THEN_ORIGIN = re.compile(r"(?P<place>.+?)\s+from\s+(?P<origin>.+)")  # "P
 
 
 def _move_ends(pred: _Predicate, obj: str) -> tuple[_Predicate, str]:
-    """A move named by both its ends is a move to where it ended: "moved from Lyon (the city) to
-    Paris (for a job)" is "moved to" "Paris (for a job)", so one lives in Paris, not in "Lyon to
-    Paris"; and "moved to Paris from Lyon" is about Paris. Where it ended must open with a
-    named place (``_place``), and be all of it when it comes first; else as said."""
+    """A move named by both its ends is a move to where it ended: "moved from Lyon to Paris (for
+    a job)" is "moved to" "Paris (for a job)", so one lives in Paris, not in "Lyon to Paris";
+    and "moved to Paris from Lyon" is about Paris. The end named first must be a named place
+    (``_place``) and all of its phrase, the other must open with one; else as said ("from my
+    old team to Stripe" is no move of home). A rule cannot tell "from Google to Meta" from
+    "from Lyon to Paris", as it cannot tell "moved to Google" from "moved to Lyon"."""
     if pred.base not in ("move", "relocate") or pred.negated or pred.never:
         return pred, obj
     if pred.words[-1] not in ("to", "from"):
         return pred, obj
     origin_first = pred.words[-1] == "from"
     ends = (_ORIGIN_THEN_PLACE if origin_first else _PLACE_THEN_ORIGIN).fullmatch(obj)
-    place = _place(ends.group("place")) if ends else ""
-    if not place or (not origin_first and place != ends.group("place")):
+    if not ends:
+        return pred, obj
+    first, then = ("origin", "place") if origin_first else ("place", "origin")
+    if _place(ends.group(first)) != ends.group(first) or not _place(ends.group(then)):
         return pred, obj
     return replace(pred, words=(*pred.words[:-1], "to")), ends.group("place")
 

@@ -67,8 +67,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 _DAY_WITH_YEAR = {"iso", "day_month_year", "month_day_year"}
 _DAY_WITHOUT_YEAR = {"day_month", "month_day"}
-# "every Tuesday", "each other May": a habit, no one date (the last Tuesday made it one)
-_RECURRING = re.compile(r"\b(?:every|each)(?:\s+(?:other|second|third|fourth|single))?\s*$", re.I)
+# "every Tuesday", "every other Friday", "each Monday": a habit, no one date (the last Tuesday
+# made it one); not "each other on Friday" (one another), nor a weekday with its own "last", "on"...
+_RECURRING = re.compile(  # what comes before the day ("every Tuesday and Thursday": both)
+    rf"\b(?:every(?:\s+(?:other|second|third|fourth|single))?|each)\s+"
+    rf"(?:(?:{_DAYS})(?:\s*,)?\s+(?:(?:and|or)\s+)?)*$",
+    re.I,
+)
 _RELATION_BEFORE = re.compile(r"\b(before|until|till|prior to|earlier than|by)\s+$", re.I)
 _RELATION_AFTER = re.compile(r"\b(after|since|from|later than)\s+$", re.I)
 _SEASONS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12), "winter": (12, 15)}
@@ -337,8 +342,10 @@ def find_times(text: str, reference: datetime) -> list[TimeMention]:
                 continue
             if kind in _DAY_WITHOUT_YEAR and _overlaps(span, impossible):
                 continue  # "Feb 29" inside "Feb 29, 2023" is not the last 29 February there was
-            if kind == "weekday" and _RECURRING.search(text, 0, m.start()):
-                continue
+            if kind == "weekday" and not m.group(1):
+                day = m.start(2)
+                if _RECURRING.search(text, max(0, day - 40), day):
+                    continue
             try:
                 resolved = _resolve(kind, m, ref)
             except OverflowError:  # "next week" said on 30 December 9999: no such time

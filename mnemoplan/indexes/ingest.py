@@ -64,6 +64,14 @@ class IngestResult:
     warnings: list[str] = field(default_factory=list)
 
 
+class SourcesGone(Exception):
+    """Records that facts were read from were forgotten before the facts could be stored."""
+
+    def __init__(self, missing: set[str]) -> None:
+        super().__init__(f"{len(missing)} source record(s) forgotten meanwhile")
+        self.missing = missing
+
+
 @dataclass(frozen=True)
 class IngestConfig:
     """Knobs of ingestion.
@@ -346,18 +354,21 @@ class Ingestor:
                 progress(done, len(missing))
         return done
 
-    def add_facts(self, user_id: str, facts: list[Record]) -> list[Record]:
+    def add_facts(self, user_id: str, facts: list[Record], *, read: list[str] | None = None) -> list[Record]:
         """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules.
 
-        A fact citing a record forgotten since it was read is dropped: its text may hold what
-        was forgotten.
+        ``read``: the ids of every record the facts were read from (the LLM's whole batch; by
+        default, those the facts cite). If one was forgotten since it was read, no fact is
+        stored: any of them may hold what was forgotten.
+
+        Raises:
+            SourcesGone: some of ``read`` is no longer stored (nothing was stored).
         """
         if not facts:
             return []
         with self.store.writing(user_id):
-            facts = self._of_stored_sources(user_id, facts)
-            if not facts:
-                return []
+            cited = [s for f in facts for s in f.derived_from]
+            self._check_sources(user_id, read if read is not None else cited)
             vectors, tokens = self.embed_records(facts)
             with self._ledger_kept_true(user_id):
                 keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
@@ -366,17 +377,14 @@ class Ingestor:
                 self._apply(user_id, supersede, reinforce)
             return stored
 
-    def _of_stored_sources(self, user_id: str, facts: list[Record]) -> list[Record]:
-        sources = sorted({s for f in facts for s in f.derived_from})
-        if not sources:
-            return facts
+    def _check_sources(self, user_id: str, ids: list[str]) -> None:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return
         stored = {r["id"] for r in self.store.log.select(
-            f"user_id = {sql_str(user_id)} AND {sql_in('id', sources)}", ["id"])}  # fmt: skip
-        kept = [f for f in facts if all(s in stored for s in f.derived_from)]
-        if len(kept) < len(facts):
-            log.info("%d extracted fact(s) dropped: a message they cite was forgotten meanwhile",
-                     len(facts) - len(kept))
-        return kept
+            f"user_id = {sql_str(user_id)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+        if len(stored) < len(wanted):
+            raise SourcesGone(set(wanted) - stored)
 
     def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
         for old, new in supersede:

@@ -99,7 +99,11 @@ def sql_in(column: str, values: list[str]) -> str:
 
 def sql_ts(value: datetime) -> str:
     """A timestamp literal for a LanceDB filter (a year of four digits: strftime gives "1" for 0001)."""
-    return f"CAST('{value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec='microseconds')}' AS TIMESTAMP)"
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+02:00 is before the first UTC instant there is
+        value = datetime.min if value.year == 1 else datetime.max
+    return f"CAST('{value.replace(tzinfo=None).isoformat(timespec='microseconds')}' AS TIMESTAMP)"
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import NotificationParams, ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -125,8 +125,8 @@ class _MemoryServer(MCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
             return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            if not isinstance(exc.__cause__, ValidationError):
+        except ToolError as exc:  # not a crash (UnexpectedToolError), e.g. of the result's conversion
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
                 raise
             problem = bad_arguments(exc.__cause__).to_text()
             raise ToolError(f"Error executing tool {name}: {problem}") from exc.__cause__
@@ -145,7 +145,10 @@ def bad_arguments(error: ValidationError) -> InvalidInput:
     )
 
 
-UserId = Annotated[str | None, Field(description="Whose memory; defaults to the server's configured user.")]
+UserId = Annotated[
+    str | None,
+    Field(description="Whose memory; left out, the server's configured user (an empty string is an error)."),
+]
 
 
 def register_tools(mcp: MCPServer) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from mnemoplan.errors import MnemoError
 from mnemoplan.extract.names import entity_key
-from mnemoplan.indexes.ingest import Ingestor
+from mnemoplan.indexes.ingest import Ingestor, SourcesGone
 from mnemoplan.model import EntityMention, Record
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,11 @@ class BackgroundExtraction:
             extraction = self._extract(sorted(messages, key=lambda r: r.seq)) if messages else None
             facts = [llm_fact_record(user_id, {m.id: m for m in messages}, f) for f in extraction.facts] \
                 if extraction else []  # fmt: skip
-            self._ingestor.add_facts(user_id, facts)
+            self._ingestor.add_facts(user_id, facts, read=[m.id for m in messages])
+        except SourcesGone:  # part of the batch was forgotten since: read again what is left of it
+            log.info("a message of an LLM extraction batch was forgotten meanwhile; the batch is read again")
+            self._submit(key)
+            return
         except Exception as exc:  # never lose the batch: it stays pending
             with self._lock:
                 self.failures[key] = self.failures.get(key, 0) + 1
