@@ -616,15 +616,23 @@ def test_vector_snapshots_stay_as_they_were_while_appends_grow_the_buffer() -> N
 
 
 @pytest.mark.parametrize("unwind_max", [0, 10**9], ids=["one-statement-per-edge", "batched"])
-def test_edges_are_written_either_way(service: MemoryService, monkeypatch: pytest.MonkeyPatch, unwind_max: int) -> None:
+def test_edges_are_written_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwind_max: int
+) -> None:
     from mnemoplan.indexes import graph
 
-    monkeypatch.setattr(graph, "UNWIND_MAX_RECORDS", unwind_max)
-    ids = say(service, "u", "s", ("Ann", "my cat Miso likes boxes"), ("Ben", "Miso is a funny name"), ("Ann", "yes"))
-    service.store.wait_for_writes("u")
-    links = service.store.graph.neighbours(ids)
-    assert links[ids[0]] == ("", ids[1]) and links[ids[1]] == (ids[0], ids[2]) and links[ids[2]] == (ids[1], "")
-    assert "my cat Miso likes boxes" in [i.text for i in service.recall("Miso", user_id="u").items]
+    monkeypatch.setattr(graph, "UNWIND_MAX_RECORDS", unwind_max)  # read when the graph's process starts
+    service = make_service(tmp_path / "data")
+    try:
+        turns = [("Ann", "my cat Miso likes boxes"), ("Ben", "Miso is a funny name"), ("Ann", "yes")]
+        ids = say(service, "u", "s", *turns)
+        service.store.wait_for_writes("u")
+        links = service.store.graph.neighbours(ids)
+        assert links[ids[0]] == ("", ids[1]) and links[ids[1]] == (ids[0], ids[2])
+        assert links[ids[2]] == (ids[1], "")
+        assert "my cat Miso likes boxes" in [i.text for i in service.recall("Miso", user_id="u").items]
+    finally:
+        service.close()
 
 
 def test_counts_that_fail_to_land_wait_for_the_next_upkeep(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:

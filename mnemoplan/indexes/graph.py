@@ -5,6 +5,13 @@ anything written here could outlive a ``forget``; callers therefore pass opaque 
 (random record ids, and keyed hashes of user, session and entity names that the store
 computes with a per-user secret destroyed when the user is forgotten).
 
+Kùzu also writes memory it never initialised into its file: the unused tail of the
+pages a checkpoint writes its metadata to comes straight from ``malloc``, so whatever
+the process freed there before (a message, a forgotten one included) could land on
+disk. The database therefore lives in a child process of its own (``GraphIndex``
+starts it, ``KuzuGraph`` is what runs there) whose memory only ever holds those opaque
+keys: requests and replies cross a pipe, and the child never sees a word of content.
+
 Nodes: Record(id, user, kind, seq, ts), Session(id, user), Entity(id, user, etype).
 Edges: IN_SESSION(Record->Session), NEXT(Record->Record, the following turn),
 MENTIONS(Record->Entity, role), DERIVED_FROM(Record->Record),
@@ -14,18 +21,24 @@ RELATED(Entity->Entity, fact, strength, negated, valid_to).
 from __future__ import annotations
 
 import logging
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import kuzu
 
 log = logging.getLogger(__name__)
 
-UNWIND_MAX_RECORDS = 20_000  # see GraphIndex._each
+UNWIND_MAX_RECORDS = 20_000  # see KuzuGraph._each
 
 _SCHEMA = [
     "CREATE NODE TABLE IF NOT EXISTS Record(id STRING, user STRING, kind STRING, seq INT64, ts INT64, PRIMARY KEY(id))",
@@ -76,29 +89,31 @@ class GraphRecord:
     relations: tuple[GraphRelation, ...] = field(default_factory=tuple)
 
 
-class GraphIndex:
-    """The Kùzu database of the graph overlay.
+class KuzuGraph:
+    """The Kùzu database itself; runs in the graph's child process (see ``GraphIndex``).
 
     Args:
         path: File of the Kùzu database.
         buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
+        unwind_max_records: Graph size up to which edges are written in one statement (see ``_each``).
     """
 
-    def __init__(self, path: Path, *, buffer_pool_mb: int = 1024) -> None:
+    def __init__(
+        self, path: Path, *, buffer_pool_mb: int = 1024, unwind_max_records: int = UNWIND_MAX_RECORDS
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
         self._conn = kuzu.Connection(self._db)
         # Our queries are small; one thread each keeps Kùzu from competing with the
         # embedding and the other signals of the same recall for the two cores.
         self._conn.set_max_threads_for_exec(1)
-        self._lock = threading.RLock()
+        self._unwind_max = unwind_max_records
         for statement in _SCHEMA:
             self._conn.execute(statement)
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
-        with self._lock:
-            result = self._conn.execute(query, params or {})
-            return result.get_all() if isinstance(result, kuzu.QueryResult) else []
+        result = self._conn.execute(query, params or {})
+        return result.get_all() if isinstance(result, kuzu.QueryResult) else []
 
     def _each(self, query: str, rows: list[dict[str, Any]], *, batched: bool) -> None:
         """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
@@ -107,33 +122,31 @@ class GraphIndex:
         with a scan of the node table per row: cheap on a small graph (the whole of a
         4-conversation ingest's edges in 1.5 s), ruinous on a large one (15 ms a row at 92k
         records, so the overlay fell ever further behind). One statement per row costs a
-        steady ~0.5 ms. Below ``UNWIND_MAX_RECORDS`` records the batch wins (``batched``),
+        steady ~0.5 ms. Below ``unwind_max_records`` records the batch wins (``batched``),
         above it the rows.
         """
         if not rows:
             return
-        with self._lock:
-            if batched:
-                unwound = query.replace("$a", "row.a").replace("$b", "row.b")
-                self._conn.execute("UNWIND $rows AS row " + unwound, {"rows": rows})
-                return
-            for row in rows:
-                self._conn.execute(query, row)
+        if batched:
+            unwound = query.replace("$a", "row.a").replace("$b", "row.b")
+            self._conn.execute("UNWIND $rows AS row " + unwound, {"rows": rows})
+            return
+        for row in rows:
+            self._conn.execute(query, row)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """One transaction for several statements (one commit instead of one per statement)."""
-        with self._lock:
-            self._conn.execute("BEGIN TRANSACTION")
+        self._conn.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
             try:
-                yield
-            except BaseException:
-                try:
-                    self._conn.execute("ROLLBACK")
-                except RuntimeError:  # Kùzu already rolled back (e.g. after running out of buffer pool)
-                    log.warning("graph transaction was already rolled back", exc_info=True)
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("ROLLBACK")
+            except RuntimeError:  # Kùzu already rolled back (e.g. after running out of buffer pool)
+                log.warning("graph transaction was already rolled back", exc_info=True)
+            raise
+        self._conn.execute("COMMIT")
 
     # -- writes ------------------------------------------------------------------------
 
@@ -148,7 +161,7 @@ class GraphIndex:
         put = "CREATE" if fresh else "MERGE"
         with self._transaction():
             # Counting nodes costs under a millisecond; it picks how the edges are written.
-            batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < UNWIND_MAX_RECORDS
+            batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < self._unwind_max
             rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
             if fresh:
                 self._run(
@@ -228,29 +241,14 @@ class GraphIndex:
             self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
         return int(found)
 
-    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:
-        """Replace one user's graph with exactly ``records`` (in log order)."""
-        self.drop_user(user)
-        count = 0
-        chunk: list[GraphRecord] = []
-        for rec in records:
-            chunk.append(rec)
-            if len(chunk) >= batch:
-                self.add(chunk)
-                count += len(chunk)
-                chunk = []
-        self.add(chunk)
-        return count + len(chunk)
-
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the database file."""
         self._run("CHECKPOINT")
 
     def close(self) -> None:
         """Release the database (other processes may open it afterwards)."""
-        with self._lock:
-            self._conn.close()
-            self._db.close()
+        self._conn.close()
+        self._db.close()
 
     # -- reads -------------------------------------------------------------------------
 
@@ -277,7 +275,9 @@ class GraphIndex:
             )
         ]
 
-    def related_entities(self, user: str, entities: list[str], limit: int = 50) -> list[tuple[str, str, float]]:
+    def related_entities(
+        self, user: str, entities: list[str], limit: int = 50
+    ) -> list[tuple[str, str, float]]:
         """Entities one step away: through a valid RELATED edge, or mentioned by the same record.
 
         Returns (from entity, to entity, strength), strongest first.
@@ -341,3 +341,234 @@ class GraphIndex:
         ):
             out.setdefault(source, []).append(derived)
         return out
+
+
+# -- the child process and its proxy ---------------------------------------------------
+
+_REMOTE = frozenset({
+    "add", "close_relation", "delete", "drop_user", "checkpoint", "close",
+    "ids", "entity_records", "related_entities", "neighbours", "session_records", "derived_from",
+})  # fmt: skip
+_READS = frozenset({
+    "ids", "entity_records", "related_entities", "neighbours", "session_records", "derived_from",
+})  # fmt: skip
+_FRAME = struct.Struct("!Q")
+
+
+class GraphError(RuntimeError):
+    """The graph's child process refused a request, failed to start or died."""
+
+
+def _send(stream: BinaryIO, message: object) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_FRAME.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> Any:
+    """The next message, or None when the other end closed the pipe."""
+    head = stream.read(_FRAME.size)
+    if len(head) < _FRAME.size:
+        return None
+    (size,) = _FRAME.unpack(head)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
+    """The child's loop: answer ``(method, args, kwargs)`` requests from stdin on stdout until told to close.
+
+    Replies are ``(True, result)`` or ``(False, (exception type, message))``. The parent's
+    end of the pipe closing (it exited, or was killed) closes the database too.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle: it closes us
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed by a library goes to stderr, not into the replies
+    requests = sys.stdin.buffer
+    try:
+        graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records)
+    except Exception as exc:
+        _send(replies, (False, (type(exc).__name__, str(exc))))
+        return
+    _send(replies, (True, os.getpid()))
+    while (request := _receive(requests)) is not None:
+        name, args, kwargs = request
+        try:
+            if name not in _REMOTE:
+                raise AttributeError(f"the graph has no request {name!r}")
+            reply = (True, getattr(graph, name)(*args, **kwargs))
+        except Exception as exc:
+            reply = (False, (type(exc).__name__, str(exc)))
+        _send(replies, reply)
+        if name == "close":
+            return
+    graph.close()
+
+
+class GraphIndex:
+    """The graph overlay, served by a child process that holds the Kùzu database (see the module's doc).
+
+    Calls are answered one at a time, in the order they arrive. If the child dies, the
+    call under way raises ``GraphError`` and the next one starts a new child, which
+    opens the database where the last commit left it.
+
+    Args:
+        path: File of the Kùzu database.
+        buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
+        unwind_max_records: Graph size up to which edges are written in one statement.
+    """
+
+    def __init__(
+        self, path: Path, *, buffer_pool_mb: int = 1024, unwind_max_records: int | None = None
+    ) -> None:
+        unwind = UNWIND_MAX_RECORDS if unwind_max_records is None else unwind_max_records
+        self._argv = [str(path), str(buffer_pool_mb), str(unwind)]
+        self._lock = threading.Lock()
+        self._closed = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        with self._lock:
+            self._start()
+
+    @property
+    def pid(self) -> int | None:
+        """The child process's id (None once closed)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])  # the child runs this very copy of mnemoplan
+        code = f"import sys; sys.path.insert(0, {root!r}); from mnemoplan.indexes.graph import serve; " \
+               "serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-c", code, *self._argv], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        ready = _receive(proc.stdout)
+        if ready is None or not ready[0]:
+            proc.stdin.close()
+            proc.wait()
+            reason = f"{ready[1][0]}: {ready[1][1]}" if ready else f"it exited with code {proc.returncode}"
+            raise GraphError(f"the graph database at {self._argv[0]} could not be opened ({reason})")
+        self._proc = proc
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            for attempt in (1, 2):
+                if self._closed:
+                    raise GraphError("the graph is closed")
+                if self._proc is None or self._proc.poll() is not None:
+                    if self._proc is not None:
+                        log.warning(
+                            "the graph process exited (code %s); starting it again", self._proc.returncode
+                        )
+                    self._proc = None
+                    self._start()
+                proc = self._proc
+                assert proc is not None and proc.stdin is not None and proc.stdout is not None
+                try:
+                    _send(proc.stdin, (name, args, kwargs))
+                    reply = _receive(proc.stdout)
+                except OSError:  # the pipe broke: the child is gone
+                    reply = None
+                if reply is not None:
+                    break
+                proc.kill()
+                proc.wait()
+                # A read is asked again of a new child; a write may have committed before the
+                # child died, so its caller decides (the overlay writer repairs from the log).
+                if name not in _READS or attempt == 2:
+                    raise GraphError(f"the graph process died during {name} (code {proc.returncode})")
+        ok, result = reply
+        if not ok:
+            raise GraphError(f"{result[0]}: {result[1]}")
+        return result
+
+    # -- writes ------------------------------------------------------------------------
+
+    def add(self, records: list[GraphRecord], *, fresh: bool = False) -> None:
+        """Insert records with their edges; re-adding a record is harmless (see ``KuzuGraph.add``)."""
+        if records:
+            self._call("add", records, fresh=fresh)
+
+    def close_relation(self, fact_id: str, valid_to: int | None) -> None:
+        """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
+        self._call("close_relation", fact_id, valid_to)
+
+    def delete(self, ids: list[str]) -> int:
+        """Detach-delete records, then drop sessions and entities nothing points at any more."""
+        return self._call("delete", ids) if ids else 0
+
+    def drop_user(self, user: str) -> int:
+        """Delete everything of one user."""
+        return self._call("drop_user", user)
+
+    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:
+        """Replace one user's graph with exactly ``records`` (in log order)."""
+        self.drop_user(user)
+        count = 0
+        chunk: list[GraphRecord] = []
+        for rec in records:
+            chunk.append(rec)
+            if len(chunk) >= batch:
+                self.add(chunk)
+                count += len(chunk)
+                chunk = []
+        self.add(chunk)
+        return count + len(chunk)
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the database file."""
+        self._call("checkpoint")
+
+    def close(self) -> None:
+        """Close the database and wait for the child to exit (other processes may open it afterwards)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            proc, self._proc = self._proc, None
+            if proc is None or proc.poll() is not None:
+                return
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                _send(proc.stdin, ("close", (), {}))
+                reply = _receive(proc.stdout)
+            except OSError:
+                reply = None
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        if reply is not None and not reply[0]:
+            raise GraphError(f"{reply[1][0]}: {reply[1][1]}")
+
+    # -- reads -------------------------------------------------------------------------
+
+    def ids(self, user: str) -> set[str]:
+        """Every record id of a user in the graph."""
+        return self._call("ids", user)
+
+    def entity_records(
+        self, user: str, entities: list[str], limit: int = 500, roles: list[str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """Records that mention (or are said by) any of the entities: (record, entity, role), newest first."""
+        return self._call("entity_records", user, entities, limit, roles) if entities else []
+
+    def related_entities(
+        self, user: str, entities: list[str], limit: int = 50
+    ) -> list[tuple[str, str, float]]:
+        """Entities one step away, strongest first: (from entity, to entity, strength)."""
+        return self._call("related_entities", user, entities, limit) if entities else []
+
+    def neighbours(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        """For each record: (previous turn id, next turn id), '' where there is none."""
+        return self._call("neighbours", ids) if ids else {}
+
+    def session_records(self, user: str, sessions: list[str], limit: int = 2_000) -> list[tuple[str, str]]:
+        """Records of some sessions: (record id, session key) in conversation order."""
+        return self._call("session_records", user, sessions, limit) if sessions else []
+
+    def derived_from(self, ids: list[str]) -> dict[str, list[str]]:
+        """Derived records (facts, summaries) that cite any of ``ids``: source id -> derived ids."""
+        return self._call("derived_from", ids) if ids else {}

@@ -107,8 +107,13 @@ class MemoryStore:
                                 cache_tokens_per_user=token_cache_tokens)  # fmt: skip
             self.bm25 = BM25Index(data_dir / "bm25")
             self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu", buffer_pool_mb=graph_buffer_pool_mb)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        try:
             self.journal = WriteJournal(data_dir / "journal")
         except BaseException:
+            self.graph.close()  # its child process would hold the database until we exit
             os.close(self._lock_fd)
             raise
         self.context_weight = context_weight

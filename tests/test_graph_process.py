@@ -1,0 +1,108 @@
+"""The graph's Kùzu database runs in a child process that never receives content."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+
+from mnemoplan.indexes import graph
+from mnemoplan.indexes.graph import GraphError, GraphIndex, GraphMention, GraphRecord
+from mnemoplan.model import MessageIn
+from mnemoplan.server.service import MemoryService
+
+
+def test_nothing_sent_to_the_graph_process_holds_a_word_of_content(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kùzu writes uninitialised memory into its file, so its process must never have seen text."""
+    sent: list[bytes] = []
+    real_send = graph._send
+
+    def spy(stream: BinaryIO, message: Any) -> None:
+        sent.append(pickle.dumps(message))
+        real_send(stream, message)
+
+    monkeypatch.setattr(graph, "_send", spy)
+    words = ["Zanzibar", "Quentin", "marmalade", "Porthleven"]
+    turns = [
+        MessageIn(content="Quentin moved to Zanzibar last May for the marmalade trade.", speaker="Ann"),
+        MessageIn(content="Did Quentin ever visit Porthleven? He loves Porthleven.", speaker="Ben"),
+        MessageIn(content="My name is Quentin and I live in Zanzibar.", speaker="Quentin"),
+    ]
+    ids = service.remember(messages=turns, user_id="u", session_id="Porthleven trip").ids
+    service.remember(content="Quentin's favourite jam is marmalade.", user_id="u", project_id="Zanzibar")
+    service.store.wait_for_writes("u")
+    assert service.recall("Where does Quentin live?", user_id="u").items
+    assert service.deep_search("Quentin Porthleven marmalade", user_id="u").items
+    service.forget(ids=[ids[0]], user_id="u")
+    service.forget(scope="session", session_id="Porthleven trip", user_id="u")
+    service.forget(scope="user", user_id="u")
+    assert sent and service.store.graph.pid != os.getpid()
+    leaked = [w for w in words for message in sent if w.lower().encode() in message.lower()]
+    assert leaked == []
+
+
+def record(i: int, user: str = "k" * 32) -> GraphRecord:
+    prev = f"r{i - 1:031d}" if i else ""
+    return GraphRecord(id=f"r{i:031d}", user=user, kind="message", seq=i, ts=i, session="s" * 32, prev_id=prev,
+                       mentions=(GraphMention("e" * 32, "person"),))  # fmt: skip
+
+
+def test_a_graph_process_that_dies_is_started_again(tmp_path: Path) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        index.add([record(i) for i in range(3)])
+        first = index.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        assert index.ids("k" * 32) == {record(i).id for i in range(3)}  # committed writes survive
+        assert index.pid not in (None, first)
+        index.add([record(3)])
+        assert index.neighbours([record(3).id]) == {record(3).id: (record(2).id, "")}
+    finally:
+        index.close()
+
+
+def test_closing_the_graph_ends_its_process_and_frees_the_database(tmp_path: Path) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    index.add([record(0)])
+    pid = index.pid
+    assert pid is not None
+    index.close()
+    index.close()  # twice is harmless
+    assert index.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(GraphError, match="closed"):
+        index.ids("k" * 32)
+    again = GraphIndex(tmp_path / "graph.kuzu")  # the file lock went with the process
+    try:
+        assert again.ids("k" * 32) == {record(0).id}
+    finally:
+        again.close()
+
+
+def test_a_database_another_process_holds_is_a_clear_error(tmp_path: Path) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        with pytest.raises(GraphError, match="could not be opened"):
+            GraphIndex(tmp_path / "graph.kuzu")
+        assert index.ids("k" * 32) == set()  # the first one is unharmed
+    finally:
+        index.close()
+
+
+def test_a_failed_request_reports_the_kuzu_error_and_the_process_goes_on(tmp_path: Path) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        with pytest.raises(GraphError, match="no request"):
+            index._call("_run", "MATCH (n) DETACH DELETE n")  # only the graph's own methods are served
+        index.add([record(0)])
+        assert index.ids("k" * 32) == {record(0).id}
+    finally:
+        index.close()
