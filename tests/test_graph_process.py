@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -90,19 +91,62 @@ def test_closing_the_graph_ends_its_process_and_frees_the_database(tmp_path: Pat
 def test_a_database_another_process_holds_is_a_clear_error(tmp_path: Path) -> None:
     index = GraphIndex(tmp_path / "graph.kuzu")
     try:
-        with pytest.raises(GraphError, match="could not be opened"):
-            GraphIndex(tmp_path / "graph.kuzu")
+        with pytest.raises(GraphError, match="could not be opened.*lock"):
+            GraphIndex(tmp_path / "graph.kuzu", open_wait_s=0.5)
         assert index.ids("k" * 32) == set()  # the first one is unharmed
     finally:
         index.close()
 
 
-def test_a_failed_request_reports_the_kuzu_error_and_the_process_goes_on(tmp_path: Path) -> None:
+def test_a_database_let_go_of_while_waiting_is_opened(tmp_path: Path) -> None:
+    """A server restarted at once after a kill waits for the old server's child to finish."""
+    old = GraphIndex(tmp_path / "graph.kuzu")
+    old.add([record(0)])
+    closer = threading.Timer(1.0, old.close)
+    closer.start()
+    new = GraphIndex(tmp_path / "graph.kuzu", open_wait_s=30)
+    try:
+        assert new.ids("k" * 32) == {record(0).id}
+    finally:
+        closer.join()
+        new.close()
+
+
+def test_recreating_starts_an_empty_file(tmp_path: Path) -> None:
     index = GraphIndex(tmp_path / "graph.kuzu")
     try:
+        index.add([record(i) for i in range(3)])
+        index.checkpoint()
+        index.recreate()
+        assert index.ids("k" * 32) == set()
+        index.add([record(0)])
+        assert index.ids("k" * 32) == {record(0).id}
+    finally:
+        index.close()
+
+
+def test_the_child_gets_no_secret_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-SECRET")
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        environ = Path(f"/proc/{index.pid}/environ")
+        if not environ.exists():
+            pytest.skip("no /proc on this system")
+        assert b"SECRET" not in environ.read_bytes()
+    finally:
+        index.close()
+
+
+def test_a_refused_request_reports_kuzus_error_and_the_process_goes_on(tmp_path: Path) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        index.add([record(0)], fresh=True)
+        with pytest.raises(GraphError, match="(?i)primary key"):
+            index.add([record(0)], fresh=True)  # "fresh" promised a new record: Kùzu refuses the duplicate
         with pytest.raises(GraphError, match="no request"):
             index._call("_run", "MATCH (n) DETACH DELETE n")  # only the graph's own methods are served
-        index.add([record(0)])
         assert index.ids("k" * 32) == {record(0).id}
     finally:
         index.close()

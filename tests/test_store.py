@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mnemoplan.errors import DataDirLocked, InvalidInput
+from mnemoplan.indexes.graph import GraphRecord
 from mnemoplan.indexes.ingest import NewMemory, SourcesGone
 from mnemoplan.indexes.lance_log import _usable_cpus
 from mnemoplan.indexes.store import MemoryStore
@@ -475,6 +476,21 @@ def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
     assert "the lighthouse keeper's log" in [i.text for i in service.recall("lighthouse", user_id="u").items]
 
 
+def test_reindexing_everyone_writes_the_graph_into_a_new_file(service: MemoryService) -> None:
+    say(service, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
+    say(service, "v", "t", ("Kim", "my bike has a flat tyre"))
+    stray = GraphRecord(id="STRAY0MARKER", user="gone", kind="message", seq=0, ts=0)  # as if leaked there
+    service.store.graph.add([stray])
+    service.store.graph.checkpoint()
+    assert on_disk(service.store.graph.path.parent, "STRAY0MARKER")
+    service.store.rebuild()
+    assert on_disk(service.store.graph.path.parent, "STRAY0MARKER") == []
+    for user in ("u", "v"):
+        log_ids, bm25_ids, graph_ids = overlay_ids(service.store, user)
+        assert log_ids == bm25_ids == graph_ids and graph_ids
+    assert "my bike has a flat tyre" in [i.text for i in service.recall("bike", user_id="v").items]
+
+
 def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service: MemoryService) -> None:
     """A log written before long turns stood alone: theirs leaned to the turn before."""
     import numpy as np
@@ -624,6 +640,7 @@ def test_edges_are_written_either_way(
     monkeypatch.setattr(graph, "UNWIND_MAX_RECORDS", unwind_max)  # read when the graph's process starts
     service = make_service(tmp_path / "data")
     try:
+        assert service.store.graph._argv[-1] == str(unwind_max)  # what the graph's process was started with
         turns = [("Ann", "my cat Miso likes boxes"), ("Ben", "Miso is a funny name"), ("Ann", "yes")]
         ids = say(service, "u", "s", *turns)
         service.store.wait_for_writes("u")

@@ -71,7 +71,7 @@ def write_report(out: Path, metrics: dict[str, Any]) -> str:
         f"- ingest: {metrics['ingest']['messages']} messages in {metrics['ingest']['seconds']:.1f} s = "
         f"**{metrics['ingest']['messages_per_s']:.0f} messages/s** end to end "
         f"(model load {metrics['ingest']['model_load_s']:.1f} s not included)",
-        f"- peak RSS: {metrics['peak_rss_mb']:.0f} MB",
+        f"- peak RSS: {metrics['peak_rss_mb']:.0f} MB (the server's process and its graph process)",
     ]
     mcp = metrics.get("mcp_stdio")
     if mcp:

@@ -23,7 +23,8 @@ from mnemoplan.model import IndexDescriptor, ParamSpec
 ROLE_WEIGHT = {"subject": 1.0, "object": 0.9, "mention": 0.8, "speaker": 0.6}
 
 WALK_PARAMS = [
-    ParamSpec(name="roles", type="string_list", description="Only links of these roles (speaker, mention, ...)."),
+    ParamSpec(name="roles", type="string_list", description="Only links of these roles.",
+              choices=list(ROLE_WEIGHT)),  # fmt: skip
     ParamSpec(name="decay", type="number", default=0.5, minimum=0, maximum=1, description="Score factor per extra hop."),
     ParamSpec(name="max_per_entity", type="integer", default=30, minimum=1, maximum=TOP_K_MAX,
               description="Records taken per linked entity beyond the first hop."),  # fmt: skip

@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -405,24 +406,46 @@ def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
     graph.close()
 
 
+# The child starts with SIGINT ignored before it imports anything, takes no path entry from
+# the working directory (-P), and finds this copy of mnemoplan even when it is not installed.
+_CHILD = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; root = sys.argv[1]; "
+    "root in sys.path or sys.path.insert(0, root); from mnemoplan.indexes.graph import serve; "
+    "serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))"
+)
+# Only what Python and the dynamic loader need: the child's memory is what Kùzu leaks into
+# its file, so it must not hold the parent's secrets (an API key) either.
+_CHILD_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH",
+              "SYSTEMROOT", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE")  # fmt: skip
+
+
 class GraphIndex:
     """The graph overlay, served by a child process that holds the Kùzu database (see the module's doc).
 
     Calls are answered one at a time, in the order they arrive. If the child dies, the
-    call under way raises ``GraphError`` and the next one starts a new child, which
-    opens the database where the last commit left it.
+    call under way raises ``GraphError`` (a read is first asked again of a new child) and
+    the next one starts a new child, which opens the database where the last commit left it.
 
     Args:
         path: File of the Kùzu database.
         buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
         unwind_max_records: Graph size up to which edges are written in one statement.
+        open_wait_s: How long to wait for a database another process holds; the child of a
+            server that was just killed lets go of it once it has finished its last request.
     """
 
     def __init__(
-        self, path: Path, *, buffer_pool_mb: int = 1024, unwind_max_records: int | None = None
+        self,
+        path: Path,
+        *,
+        buffer_pool_mb: int = 1024,
+        unwind_max_records: int | None = None,
+        open_wait_s: float = 30.0,
     ) -> None:
         unwind = UNWIND_MAX_RECORDS if unwind_max_records is None else unwind_max_records
+        self.path = path
         self._argv = [str(path), str(buffer_pool_mb), str(unwind)]
+        self._open_wait_s = open_wait_s
         self._lock = threading.Lock()
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
@@ -435,19 +458,27 @@ class GraphIndex:
         return self._proc.pid if self._proc is not None else None
 
     def _start(self) -> None:
-        root = str(Path(__file__).resolve().parents[2])  # the child runs this very copy of mnemoplan
-        code = f"import sys; sys.path.insert(0, {root!r}); from mnemoplan.indexes.graph import serve; " \
-               "serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"  # fmt: skip
-        proc = subprocess.Popen([sys.executable, "-c", code, *self._argv], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE)  # fmt: skip
-        assert proc.stdin is not None and proc.stdout is not None
-        ready = _receive(proc.stdout)
-        if ready is None or not ready[0]:
-            proc.stdin.close()
-            proc.wait()
+        root = str(Path(__file__).resolve().parents[2])
+        env = {k: v for k, v in os.environ.items() if k in _CHILD_ENV or k.startswith("LC_")}
+        deadline = time.monotonic() + self._open_wait_s
+        while True:
+            argv = [sys.executable, "-P", "-c", _CHILD, root, *self._argv]
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                ready = _receive(proc.stdout)
+            except BaseException:
+                _end(proc)
+                raise
+            if ready is not None and ready[0]:
+                self._proc = proc
+                return
+            _end(proc)
             reason = f"{ready[1][0]}: {ready[1][1]}" if ready else f"it exited with code {proc.returncode}"
-            raise GraphError(f"the graph database at {self._argv[0]} could not be opened ({reason})")
-        self._proc = proc
+            if ready is None or "lock" not in reason.lower() or time.monotonic() >= deadline:
+                raise GraphError(f"the graph database at {self.path} could not be opened ({reason})")
+            log.info("the graph database is still held by another process; waiting for it")
+            time.sleep(0.2)
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -456,9 +487,9 @@ class GraphIndex:
                     raise GraphError("the graph is closed")
                 if self._proc is None or self._proc.poll() is not None:
                     if self._proc is not None:
-                        log.warning(
-                            "the graph process exited (code %s); starting it again", self._proc.returncode
-                        )
+                        log.warning("the graph process exited (code %s); starting it again",
+                                    self._proc.returncode)  # fmt: skip
+                        _end(self._proc)
                     self._proc = None
                     self._start()
                 proc = self._proc
@@ -468,10 +499,14 @@ class GraphIndex:
                     reply = _receive(proc.stdout)
                 except OSError:  # the pipe broke: the child is gone
                     reply = None
+                except BaseException:  # interrupted half way: the pipe is out of step, start afresh
+                    self._proc = None
+                    _end(proc)
+                    raise
                 if reply is not None:
                     break
-                proc.kill()
-                proc.wait()
+                self._proc = None
+                _end(proc)
                 # A read is asked again of a new child; a write may have committed before the
                 # child died, so its caller decides (the overlay writer repairs from the log).
                 if name not in _READS or attempt == 2:
@@ -525,23 +560,36 @@ class GraphIndex:
                 return
             self._closed = True
             proc, self._proc = self._proc, None
-            if proc is None or proc.poll() is not None:
-                return
+            reply = self._close_child(proc)
+        if reply is not None and not reply[0]:
+            raise GraphError(f"{reply[1][0]}: {reply[1][1]}")
+
+    def recreate(self) -> None:
+        """Start again from an empty database file (its pages hold nothing of the old one)."""
+        with self._lock:
+            if self._closed:
+                raise GraphError("the graph is closed")
+            proc, self._proc = self._proc, None
+            self._close_child(proc)
+            for leftover in self.path.parent.glob(self.path.name + "*"):  # the file, its WAL, its shadow
+                leftover.unlink()
+            self._start()
+
+    @staticmethod
+    def _close_child(proc: subprocess.Popen[bytes] | None) -> Any:
+        """Ask a child to close its database and wait for it to exit; its reply (None if it had died)."""
+        if proc is None:
+            return None
+        reply = None
+        if proc.poll() is None:
             assert proc.stdin is not None and proc.stdout is not None
             try:
                 _send(proc.stdin, ("close", (), {}))
                 reply = _receive(proc.stdout)
             except OSError:
-                reply = None
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-        if reply is not None and not reply[0]:
-            raise GraphError(f"{reply[1][0]}: {reply[1][1]}")
+                pass
+        _end(proc, grace_s=60)
+        return reply
 
     # -- reads -------------------------------------------------------------------------
 
@@ -572,3 +620,18 @@ class GraphIndex:
     def derived_from(self, ids: list[str]) -> dict[str, list[str]]:
         """Derived records (facts, summaries) that cite any of ``ids``: source id -> derived ids."""
         return self._call("derived_from", ids) if ids else {}
+
+
+def _end(proc: subprocess.Popen[bytes], grace_s: float = 0.0) -> None:
+    """Close a child's pipes and reap it: it exits on its own within ``grace_s``, or is killed."""
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

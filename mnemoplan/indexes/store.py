@@ -113,8 +113,10 @@ class MemoryStore:
         try:
             self.journal = WriteJournal(data_dir / "journal")
         except BaseException:
-            self.graph.close()  # its child process would hold the database until we exit
-            os.close(self._lock_fd)
+            try:
+                self.graph.close()  # its child process would hold the database until we exit
+            finally:
+                os.close(self._lock_fd)
             raise
         self.context_weight = context_weight
         self._write_lock = threading.RLock()
@@ -571,8 +573,13 @@ class MemoryStore:
         return self.bm25.rebuild(user_id, docs)
 
     def rebuild(self, user_id: str | None = None) -> dict[str, int]:
-        """Rebuild every overlay of one user (or of all users) from the log."""
+        """Rebuild every overlay of one user (or of all users) from the log.
+
+        Rebuilding all users starts the graph from an empty file (see ``recreate_graph``).
+        """
         out: dict[str, int] = {}
+        if user_id is None:
+            self.recreate_graph()
         self.wait_for_writes()
         with self._write_lock:
             for uid in [user_id] if user_id else self.log.user_ids():
@@ -588,6 +595,13 @@ class MemoryStore:
             self._last.clear()
             self._ledgers.clear()
         return out
+
+    def recreate_graph(self) -> None:
+        """Empty the graph into a new file, so nothing stays in the pages of the old one (such as
+        what Kùzu leaked into it while it ran in this process); ``rebuild`` every user after it."""
+        self.wait_for_writes()
+        with self._write_lock:
+            self.graph.recreate()
 
     def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
         """Derive again the search vectors of long turns and of the turns after them, which
@@ -706,9 +720,11 @@ class MemoryStore:
             except Exception:  # counts are bookkeeping: closing the stores matters more
                 log.exception("mention and access counts could not be written at close")
         with self._maintenance_lock, self._write_lock:  # the order a purge takes them in
-            self.bm25.close()
             try:
-                self.graph.checkpoint()
+                self.bm25.close()
+                try:
+                    self.graph.checkpoint()
+                finally:
+                    self.graph.close()
             finally:
-                self.graph.close()
-            os.close(self._lock_fd)
+                os.close(self._lock_fd)

@@ -102,10 +102,14 @@ def _open_service(args: argparse.Namespace, *, existing: bool = False):
 def cmd_reindex(args: argparse.Namespace) -> int:
     """Rebuild the BM25 and graph overlays from the log, derive again the search vectors of long
     turns and of the turns after them (a log written before long turns stood alone), and give
-    token vectors to the records written before the log kept them."""
+    token vectors to the records written before the log kept them. Without --user the graph is
+    written to a new file: one written before Kùzu ran in a process of its own can hold bytes of
+    text it leaked."""
     service = _open_service(args)
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
+        if not args.user:
+            service.store.recreate_graph()
         for i, user in enumerate(users, 1):
             counts = service.store.rebuild(user)
             print(f"[{i}/{len(users)}] {user}: {counts.get(user, 0)} records re-indexed", file=sys.stderr)
