@@ -125,6 +125,21 @@ def test_recreating_starts_an_empty_file(tmp_path: Path) -> None:
         index.close()
 
 
+def test_the_childs_peak_memory_is_its_own(tmp_path: Path) -> None:
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc on this system")
+    ballast = bytearray(300 * 2**20)  # this process is large; the child, importing Kùzu only, is not
+    ballast[::4096] = b"x" * len(range(0, len(ballast), 4096))  # resident, page by page
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        peak = index.peak_rss_mb()
+        assert peak is not None and 0 < peak < 300
+    finally:
+        index.close()
+        del ballast
+    assert index.peak_rss_mb() is None
+
+
 def test_the_child_gets_no_secret_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -491,6 +491,28 @@ def test_reindexing_everyone_writes_the_graph_into_a_new_file(service: MemorySer
     assert "my bike has a flat tyre" in [i.text for i in service.recall("bike", user_id="v").items]
 
 
+def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
+    say(svc, "v", "t", ("Kim", "my bike has a flat tyre"))
+    with monkeypatch.context() as patch:
+        patch.setattr(svc.store, "_relean", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
+        with pytest.raises(RuntimeError):
+            svc.store.rebuild()  # the graph file is new and holds at most the first user
+    svc.close()
+    svc = make_service(data)
+    try:
+        assert svc.store.journal.pending() == []
+        for user in ("u", "v"):
+            log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, user)
+            assert log_ids == bm25_ids == graph_ids and graph_ids
+    finally:
+        svc.close()
+
+
 def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service: MemoryService) -> None:
     """A log written before long turns stood alone: theirs leaned to the turn before."""
     import numpy as np

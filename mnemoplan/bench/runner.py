@@ -52,12 +52,11 @@ def machine() -> str:
     return f"{platform.machine()} {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of the server: this process's, plus the largest of the children it
-    has reaped, which is the graph's process once the service is closed (so read it before any
-    other child runs). An upper bound: the two peaks need not have come at the same time."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return (own + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+def peak_rss_mb(service: Any = None) -> float:
+    """Peak resident memory of this process, plus that of the service's graph process (read
+    before the service closes). An upper bound: the two peaks need not come at the same time."""
+    graph = service.store.graph.peak_rss_mb() if service is not None else None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + (graph or 0.0)
 
 
 def turns_of(items: list[MemoryItem]) -> list[str]:
@@ -209,9 +208,9 @@ def run_from_args(args: argparse.Namespace) -> int:
                              "latency_ms": latency_summary(lat)}  # fmt: skip
         overhead = plan_overhead(service, dataset.questions) if "recall" in modes else None
         single = single_remember(service, dataset)
+        rss_mb = peak_rss_mb(service)
     finally:
         service.close()
-    rss_mb = peak_rss_mb()  # before the MCP round trips start a server of their own
     mcp = mcp_round_trips(data_dir, dataset.questions, args.mcp_sample, args.embedding_model) if "recall" in modes else None
     metrics = {
         "dataset": dataset.name,

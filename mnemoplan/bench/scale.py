@@ -292,6 +292,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             service.recall(q, user_id=USER, limit=10)
         timed = sample_evenly(questions, args.queries)
         recall = {str(limit): time_recall(service, timed, limit) for limit in LIMITS}
+        rss_mb = peak_rss_mb(service)
     finally:
         service.close()
 
@@ -313,7 +314,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         "recall": recall,
         "target_p50_ms": TARGET_P50_MS,
         "target_met": recall["10"]["latency_ms"]["p50"] <= TARGET_P50_MS,
-        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_rss_mb": round(rss_mb, 1),
         "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(),
                 "embedding_model": args.embedding_model},  # fmt: skip
     }

@@ -457,6 +457,15 @@ class GraphIndex:
         """The child process's id (None once closed)."""
         return self._proc.pid if self._proc is not None else None
 
+    def peak_rss_mb(self) -> float | None:
+        """The child's peak resident memory so far (Linux; None elsewhere or once closed)."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text() if self.pid is not None else ""
+        except OSError:
+            return None
+        line = next((ln for ln in status.splitlines() if ln.startswith("VmHWM:")), None)
+        return int(line.split()[1]) / 1024 if line else None
+
     def _start(self) -> None:
         root = str(Path(__file__).resolve().parents[2])
         env = {k: v for k, v in os.environ.items() if k in _CHILD_ENV or k.startswith("LC_")}
@@ -475,7 +484,7 @@ class GraphIndex:
                 return
             _end(proc)
             reason = f"{ready[1][0]}: {ready[1][1]}" if ready else f"it exited with code {proc.returncode}"
-            if ready is None or "lock" not in reason.lower() or time.monotonic() >= deadline:
+            if ready is None or "could not set lock" not in reason.lower() or time.monotonic() >= deadline:
                 raise GraphError(f"the graph database at {self.path} could not be opened ({reason})")
             log.info("the graph database is still held by another process; waiting for it")
             time.sleep(0.2)

@@ -575,13 +575,17 @@ class MemoryStore:
     def rebuild(self, user_id: str | None = None) -> dict[str, int]:
         """Rebuild every overlay of one user (or of all users) from the log.
 
-        Rebuilding all users starts the graph from an empty file (see ``recreate_graph``).
+        Rebuilding all users writes the graph into a new file, so nothing stays in the pages
+        of the old one (such as what Kùzu leaked into it while it ran in this process). A
+        journal intent covers it: a rebuild cut short is done again at the next start, since
+        until it ends the graph lacks users (and ``forget`` finds derived records through it).
         """
         out: dict[str, int] = {}
-        if user_id is None:
-            self.recreate_graph()
         self.wait_for_writes()
         with self._write_lock:
+            intent = self.journal.begin(Intent(op="rebuild_graph", user_id="")) if user_id is None else None
+            if intent is not None:
+                self.graph.recreate()
             for uid in [user_id] if user_id else self.log.user_ids():
                 records = self.user_records(uid)
                 keys = self.keys(uid)
@@ -594,14 +598,9 @@ class MemoryStore:
             self.graph.checkpoint()
             self._last.clear()
             self._ledgers.clear()
+            if intent is not None:
+                self.journal.done(intent)
         return out
-
-    def recreate_graph(self) -> None:
-        """Empty the graph into a new file, so nothing stays in the pages of the old one (such as
-        what Kùzu leaked into it while it ran in this process); ``rebuild`` every user after it."""
-        self.wait_for_writes()
-        with self._write_lock:
-            self.graph.recreate()
 
     def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
         """Derive again the search vectors of long turns and of the turns after them, which
@@ -643,6 +642,9 @@ class MemoryStore:
                     self.journal.done(intent)
                 elif intent.op == "purge":
                     self._purges[intent.token] = intent
+            if intent.op == "rebuild_graph":
+                self.rebuild()  # under an intent of its own
+                self.journal.done(intent)
         if self._purges:
             self._purge()  # marks every purge intent done
         return len(pending)

@@ -108,10 +108,12 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     service = _open_service(args)
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
-        if not args.user:
-            service.store.recreate_graph()
+        if not args.user:  # every overlay of every user first: the graph is empty until then
+            print(f"re-indexing {len(users)} user(s)", file=sys.stderr)
+            counts = service.store.rebuild()
         for i, user in enumerate(users, 1):
-            counts = service.store.rebuild(user)
+            if args.user:
+                counts = service.store.rebuild(user)
             print(f"[{i}/{len(users)}] {user}: {counts.get(user, 0)} records re-indexed", file=sys.stderr)
             tokens = service.ingestor.backfill_tokens(
                 user, lambda done, total: print(f"  token vectors {done}/{total}", file=sys.stderr)
