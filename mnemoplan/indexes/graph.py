@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import signal
 import struct
 import subprocess
 import sys
@@ -376,20 +375,32 @@ def _receive(stream: BinaryIO) -> Any:
     return pickle.loads(data) if len(data) == size else None
 
 
-def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
-    """The child's loop: answer ``(method, args, kwargs)`` requests from stdin on stdout until told to close.
+def _failed(exc: Exception) -> tuple[bool, str]:
+    return False, f"{type(exc).__name__}: {exc}"
 
-    Replies are ``(True, result)`` or ``(False, (exception type, message))``. The parent's
+
+def _result(reply: tuple[bool, Any]) -> Any:
+    """A reply's result, or its failure raised."""
+    ok, result = reply
+    if not ok:
+        raise GraphError(result)
+    return result
+
+
+def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
+    """The child's loop (see ``_CHILD``): answer ``(method, args, kwargs)`` requests from stdin
+    on stdout until told to close.
+
+    Replies are ``(True, result)`` or ``(False, "exception type: message")``. The parent's
     end of the pipe closing (it exited, or was killed) closes the database too.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle: it closes us
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed by a library goes to stderr, not into the replies
     requests = sys.stdin.buffer
     try:
         graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records)
     except Exception as exc:
-        _send(replies, (False, (type(exc).__name__, str(exc))))
+        _send(replies, _failed(exc))
         return
     _send(replies, (True, os.getpid()))
     while (request := _receive(requests)) is not None:
@@ -399,14 +410,15 @@ def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
                 raise AttributeError(f"the graph has no request {name!r}")
             reply = (True, getattr(graph, name)(*args, **kwargs))
         except Exception as exc:
-            reply = (False, (type(exc).__name__, str(exc)))
+            reply = _failed(exc)
         _send(replies, reply)
         if name == "close":
             return
     graph.close()
 
 
-# The child starts with SIGINT ignored before it imports anything, takes no path entry from
+# The child starts with SIGINT ignored before it imports anything (a Ctrl-C is the parent's
+# to handle: it closes the child), takes no path entry from
 # the working directory (-P), and finds this copy of mnemoplan even when it is not installed.
 _CHILD = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; root = sys.argv[1]; "
@@ -483,7 +495,7 @@ class GraphIndex:
                 self._proc = proc
                 return
             _end(proc)
-            reason = f"{ready[1][0]}: {ready[1][1]}" if ready else f"it exited with code {proc.returncode}"
+            reason = ready[1] if ready else f"it exited with code {proc.returncode}"
             if ready is None or "could not set lock" not in reason.lower() or time.monotonic() >= deadline:
                 raise GraphError(f"the graph database at {self.path} could not be opened ({reason})")
             log.info("the graph database is still held by another process; waiting for it")
@@ -520,10 +532,7 @@ class GraphIndex:
                 # child died, so its caller decides (the overlay writer repairs from the log).
                 if name not in _READS or attempt == 2:
                     raise GraphError(f"the graph process died during {name} (code {proc.returncode})")
-        ok, result = reply
-        if not ok:
-            raise GraphError(f"{result[0]}: {result[1]}")
-        return result
+        return _result(reply)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -570,8 +579,8 @@ class GraphIndex:
             self._closed = True
             proc, self._proc = self._proc, None
             reply = self._close_child(proc)
-        if reply is not None and not reply[0]:
-            raise GraphError(f"{reply[1][0]}: {reply[1][1]}")
+        if reply is not None:
+            _result(reply)
 
     def recreate(self) -> None:
         """Start again from an empty database file (its pages hold nothing of the old one)."""

@@ -108,12 +108,9 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     service = _open_service(args)
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
-        if not args.user:  # every overlay of every user first: the graph is empty until then
-            print(f"re-indexing {len(users)} user(s)", file=sys.stderr)
-            counts = service.store.rebuild()
+        print(f"re-indexing {len(users)} user(s)", file=sys.stderr)
+        counts = service.store.rebuild(args.user)  # every user's overlays before the slow token backfill
         for i, user in enumerate(users, 1):
-            if args.user:
-                counts = service.store.rebuild(user)
             print(f"[{i}/{len(users)}] {user}: {counts.get(user, 0)} records re-indexed", file=sys.stderr)
             tokens = service.ingestor.backfill_tokens(
                 user, lambda done, total: print(f"  token vectors {done}/{total}", file=sys.stderr)
