@@ -97,6 +97,23 @@ def test_an_agent_loop_without_ids_or_times_keeps_every_turn_but_a_retried_call(
     assert service.store.log.count("user_id = 'u' AND kind = 'message'") == 8
 
 
+def test_a_turn_that_failed_to_store_is_not_the_next_turns_previous(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = say(service, "u", "s", ("Ann", "I planted tomatoes today"))
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise OSError("journal disk full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(service.store.journal, "begin", refuse)
+        with pytest.raises(OSError):
+            say(service, "u", "s", ("Ben", "How many plants?"))
+    later = say(service, "u", "s", ("Ben", "Which kind of tomatoes?"))
+    service.store.wait_for_writes("u")
+    assert service.store.log.get("u", later)[later[0]].prev_id == first[0]
+
+
 def test_forgetting_a_turn_recontextualises_the_next_one(service: MemoryService) -> None:
     ids = say(service, "u", "s", ("Ann", "my pin is quokka-77"), ("Ben", "noted"), ("Ann", "thanks"))
     service.forget(ids=[ids[0]], user_id="u")

@@ -238,15 +238,19 @@ class MemoryStore:
             stored: list[Record] = []
             vectors = np.zeros_like(embeddings)
             prevs: list[Record | None] = []
+            # Each session's last message in this batch; it becomes the session's previous turn
+            # for later calls only once the log holds it.
+            last: dict[tuple[str, str], tuple[Record, np.ndarray]] = {}
             for i, (rec, seq) in enumerate(zip(records, seqs, strict=True)):
                 prev, prev_emb = (None, None)
                 if rec.kind == "message":
-                    prev, prev_emb = self._previous(rec)
+                    key = (rec.user_id, rec.session_id)
+                    prev, prev_emb = last[key] if key in last else self._previous(rec)
                 rec = rec.model_copy(update={"seq": seq, "prev_id": prev.id if prev else ""})
                 lean = prev_emb if leans_on(rec, prev) else None
                 vectors[i] = context_vector(embeddings[i], lean, self.context_weight)
                 if rec.kind == "message":
-                    self._last[(rec.user_id, rec.session_id)] = (rec, embeddings[i])
+                    last[key] = (rec, embeddings[i])
                 stored.append(rec)
                 prevs.append(prev)
             keys = self.keys(user_id)
@@ -260,9 +264,9 @@ class MemoryStore:
             try:
                 self.log.add(stored, embeddings, vectors, tokens)
             except BaseException:
-                self._last.clear()
                 self._ledgers.pop(user_id, None)
                 raise  # the intent stays: repair removes whatever reached a store
+            self._last.update(last)
             for rec, embedding in zip(stored, embeddings, strict=True):
                 if ledger is not None:
                     ledger.note(rec, embedding)
