@@ -575,6 +575,26 @@ def test_one_process_per_data_directory(tmp_path: Path) -> None:
         svc.close()
 
 
+def test_a_store_that_fails_to_close_still_ends_the_graph_process_and_frees_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = make_service(tmp_path / "data")
+    say(svc, "u", "s", ("Ann", "the boat is blue"))
+    child = svc.store.graph.pid
+
+    def broken() -> None:
+        raise OSError("tantivy could not write its meta file")
+
+    monkeypatch.setattr(svc.store.bm25, "close", broken)
+    with pytest.raises(OSError, match="meta file"):
+        svc.close()
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):  # reaped at close, or gone within moments
+            os.kill(child, 0)
+            time.sleep(0.05)
+    MemoryStore(tmp_path / "data").close()
+
+
 def test_time_range_and_project_filters(service: MemoryService) -> None:
     old = datetime(2020, 1, 5, tzinfo=UTC)
     service.remember(content="the harbour festival was loud", occurred_at=old, user_id="u", project_id="p1")

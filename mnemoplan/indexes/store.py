@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -726,11 +726,8 @@ class MemoryStore:
             except Exception:  # counts are bookkeeping: closing the stores matters more
                 log.exception("mention and access counts could not be written at close")
         with self._maintenance_lock, self._write_lock:  # the order a purge takes them in
-            try:
-                self.bm25.close()
-                try:
-                    self.graph.checkpoint()
-                finally:
-                    self.graph.close()
-            finally:
-                os.close(self._lock_fd)
+            with ExitStack() as closing:  # each runs, last pushed first, whatever the others raise
+                closing.callback(os.close, self._lock_fd)
+                closing.callback(self.graph.close)
+                closing.callback(self.graph.checkpoint)
+                closing.callback(self.bm25.close)

@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -377,13 +378,14 @@ class MemoryService:
         return result
 
     def close(self) -> None:
-        """Release every store."""
-        self.deep.close()
-        if self.extraction is not None:
-            self.extraction.close()
-        if self.search_log is not None:
-            self.search_log.close()
-        self.store.close()
+        """Release every store (each is closed even when another fails to close)."""
+        with ExitStack() as closing:
+            closing.callback(self.store.close)
+            if self.search_log is not None:
+                closing.callback(self.search_log.close)
+            if self.extraction is not None:
+                closing.callback(self.extraction.close)
+            closing.callback(self.deep.close)
 
 
 def search_summary(result: Any) -> dict[str, Any]:
