@@ -12,7 +12,7 @@ LAYERS = {"model": 0, "errors": 0, "config": 0, "extract": 1, "indexes": 2, "pla
 OWNERS = {
     "lancedb": {"indexes/lance_log.py"},
     "tantivy": {"indexes/bm25.py"},
-    "kuzu": {"indexes/graph.py"},
+    "kuzu": {"indexes/kuzu_graph.py"},
     "anthropic": {"planner/llm.py"},
     "sentence_transformers": {"indexes/embedder.py", "indexes/cross_encoder.py"},
 }

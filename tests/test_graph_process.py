@@ -22,13 +22,13 @@ def test_nothing_sent_to_the_graph_process_holds_a_word_of_content(
 ) -> None:
     """Kùzu writes uninitialised memory into its file, so its process must never have seen text."""
     sent: list[bytes] = []
-    real_send = graph._send
+    real_send = graph.send
 
     def spy(stream: BinaryIO, message: Any) -> None:
         sent.append(pickle.dumps(message))
         real_send(stream, message)
 
-    monkeypatch.setattr(graph, "_send", spy)
+    monkeypatch.setattr(graph, "send", spy)
     words = ["Zanzibar", "Quentin", "marmalade", "Porthleven"]
     turns = [
         MessageIn(content="Quentin moved to Zanzibar last May for the marmalade trade.", speaker="Ann"),
