@@ -69,6 +69,23 @@ def test_a_graph_process_that_dies_is_started_again(tmp_path: Path) -> None:
         index.close()
 
 
+def test_a_read_the_graph_process_never_answers_fails_and_the_next_read_starts_anew(tmp_path: Path) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu", read_timeout_s=0.5)
+    try:
+        index.add([record(i) for i in range(2)])
+        hung = index.pid
+        assert hung is not None
+        os.kill(hung, signal.SIGSTOP)  # alive, holding the database, answering nothing
+        with pytest.raises(GraphError, match="did not answer ids within 0.5 s"):
+            index.ids("k" * 32)
+        with pytest.raises(ProcessLookupError):
+            os.kill(hung, 0)  # stopped and reaped, so its lock is free
+        assert index.ids("k" * 32) == {record(0).id, record(1).id}
+        assert index.pid not in (None, hung)
+    finally:
+        index.close()
+
+
 def test_closing_the_graph_ends_its_process_and_frees_the_database(tmp_path: Path) -> None:
     index = GraphIndex(tmp_path / "graph.kuzu")
     index.add([record(0)])

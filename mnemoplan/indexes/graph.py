@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
@@ -148,6 +149,9 @@ class GraphIndex:
         unwind_max_records: Graph size up to which edges are written in one statement.
         open_wait_s: How long to wait for a database another process holds; the child of a
             server that was just killed lets go of it once it has finished its last request.
+        read_timeout_s: How long a read may take (they take milliseconds) before the child is
+            taken for hung, stopped, and the read fails. Writes may legitimately take long
+            (a rebuild) and have no limit.
     """
 
     def __init__(
@@ -157,11 +161,13 @@ class GraphIndex:
         buffer_pool_mb: int = 1024,
         unwind_max_records: int | None = None,
         open_wait_s: float = 30.0,
+        read_timeout_s: float = 30.0,
     ) -> None:
         unwind = UNWIND_MAX_RECORDS if unwind_max_records is None else unwind_max_records
         self.path = path
         self._argv = [str(path), str(buffer_pool_mb), str(unwind)]
         self._open_wait_s = open_wait_s
+        self._read_timeout_s = read_timeout_s
         self._lock = threading.Lock()
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
@@ -219,9 +225,14 @@ class GraphIndex:
                     self._start()
                 proc = self._proc
                 assert proc is not None and proc.stdin is not None and proc.stdout is not None
+                hung = False
                 try:
                     send(proc.stdin, (name, args, kwargs))
-                    reply = receive(proc.stdout)
+                    # Nothing is left in the pipe's buffer between replies, so select sees the next.
+                    if name in _READS and not select.select([proc.stdout], [], [], self._read_timeout_s)[0]:
+                        hung, reply = True, None
+                    else:
+                        reply = receive(proc.stdout)
                 except OSError:  # the pipe broke: the child is gone
                     reply = None
                 except BaseException:  # interrupted half way: the pipe is out of step, start afresh
@@ -231,7 +242,10 @@ class GraphIndex:
                 if reply is not None:
                     break
                 self._proc = None
-                _end(proc)
+                _end(proc)  # a hung child is killed: the next call starts a new one
+                if hung:
+                    raise GraphError(f"the graph process did not answer {name} within "
+                                     f"{self._read_timeout_s:g} s and was stopped")  # fmt: skip
                 # A read is asked again of a new child; a write may have committed before the
                 # child died, so its caller decides (the overlay writer repairs from the log).
                 if name not in _READS or attempt == 2:
