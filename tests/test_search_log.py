@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from mnemoplan.errors import InvalidInput
+from mnemoplan.indexes import store as store_module
+from mnemoplan.indexes.graph import GraphError
 from mnemoplan.server.cli import main
 from mnemoplan.server.service import MemoryService
 from tests.conftest import make_service
@@ -80,3 +82,11 @@ def test_command_errors_are_one_line_and_an_exit_code(
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--http", "--port", "99999", "--data-dir", data])
     assert exit_.value.code == 2 and "between 1 and 65535" in capsys.readouterr().err
+
+    def no_graph(path: Path, **_kwargs: object) -> None:
+        raise GraphError(f"the graph database at {path} could not be opened (held by another process)")
+
+    monkeypatch.setattr(store_module, "GraphIndex", no_graph)
+    assert main(["search", "otters", "--data-dir", data]) == 1
+    err = capsys.readouterr().err
+    assert "mnemoplan: the graph database at" in err and "Traceback" not in err

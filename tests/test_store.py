@@ -10,11 +10,13 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mnemoplan.errors import DataDirLocked, InvalidInput
-from mnemoplan.indexes.graph import GraphRecord
+from mnemoplan.indexes import store as store_module
+from mnemoplan.indexes.graph import GraphError, GraphIndex, GraphRecord
 from mnemoplan.indexes.ingest import NewMemory, SourcesGone
 from mnemoplan.indexes.lance_log import _usable_cpus
 from mnemoplan.indexes.store import MemoryStore
@@ -526,6 +528,55 @@ def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
         for user in ("u", "v"):
             log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, user)
             assert log_ids == bm25_ids == graph_ids and graph_ids
+    finally:
+        svc.close()
+
+
+def damage(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[::7] = b"\xab" * len(data[::7])
+    path.write_bytes(bytes(data))
+
+
+def test_a_graph_database_kuzu_cannot_open_is_rebuilt_from_the_log_at_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
+    svc.close()
+    damage(data / "graph" / "graph.kuzu")
+    svc = make_service(data)  # it used to stop here: no server, and no reindex either
+    try:
+        assert svc.store.journal.pending() == []
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == bm25_ids == graph_ids and graph_ids
+    finally:
+        svc.close()
+
+
+def test_a_graph_that_cannot_be_opened_even_afresh_is_rebuilt_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"))
+    svc.close()
+    damage(data / "graph" / "graph.kuzu")
+    real = store_module.GraphIndex
+
+    def unlucky(*args: Any, **kwargs: Any) -> GraphIndex:
+        if kwargs.get("fresh"):
+            real(*args, **kwargs).close()  # the old file is gone...
+            raise GraphError("no memory for the buffer pool")  # ...and the new one failed to open
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store_module, "GraphIndex", unlucky)
+        with pytest.raises(GraphError, match="buffer pool"):
+            make_service(data)
+    svc = make_service(data)  # opens the new, empty file, and the intent says to fill it
+    try:
+        log_ids, _, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == graph_ids and graph_ids
     finally:
         svc.close()
 

@@ -92,6 +92,10 @@ class GraphError(RuntimeError):
     """The graph's child process refused a request, failed to start or died."""
 
 
+class GraphUnreadable(GraphError):
+    """Kùzu could not open the database file (damaged, say, or written by another version of it)."""
+
+
 def send(stream: BinaryIO, message: object) -> None:
     """Write one length-prefixed message."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -152,6 +156,7 @@ class GraphIndex:
         read_timeout_s: How long a read may take (they take milliseconds) before the child is
             taken for hung, stopped, and the read fails. Writes may legitimately take long
             (a rebuild) and have no limit.
+        fresh: Delete the database's files first and start from an empty graph.
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class GraphIndex:
         unwind_max_records: int | None = None,
         open_wait_s: float = 30.0,
         read_timeout_s: float = 30.0,
+        fresh: bool = False,
     ) -> None:
         unwind = UNWIND_MAX_RECORDS if unwind_max_records is None else unwind_max_records
         self.path = path
@@ -172,6 +178,8 @@ class GraphIndex:
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
         with self._lock:
+            if fresh:
+                self._remove_files()
             self._start()
 
     @property
@@ -206,8 +214,13 @@ class GraphIndex:
                 return
             _end(proc)
             reason = ready[1] if ready else f"it exited with code {proc.returncode}"
-            if ready is None or "could not set lock" not in reason.lower() or time.monotonic() >= deadline:
-                raise GraphError(f"the graph database at {self.path} could not be opened ({reason})")
+            failure = f"the graph database at {self.path} could not be opened ({reason})"
+            if ready is None:  # the child failed before it tried (no Kùzu, say)
+                raise GraphError(failure)
+            if "could not set lock" not in reason.lower():
+                raise GraphUnreadable(failure)
+            if time.monotonic() >= deadline:
+                raise GraphError(failure)
             log.info("the graph database is still held by another process; waiting for it")
             time.sleep(0.2)
 
@@ -307,9 +320,12 @@ class GraphIndex:
                 raise GraphError("the graph is closed")
             proc, self._proc = self._proc, None
             self._close_child(proc)
-            for leftover in self.path.parent.glob(self.path.name + "*"):  # the file, its WAL, its shadow
-                leftover.unlink()
+            self._remove_files()
             self._start()
+
+    def _remove_files(self) -> None:
+        for leftover in self.path.parent.glob(self.path.name + "*"):  # the file, its WAL, its shadow
+            leftover.unlink()
 
     @staticmethod
     def _close_child(proc: subprocess.Popen[bytes] | None) -> Any:

@@ -31,7 +31,7 @@ from mnemoplan.indexes.documents import (
     graph_record,
     leans_on,
 )
-from mnemoplan.indexes.graph import GraphIndex
+from mnemoplan.indexes.graph import GraphIndex, GraphUnreadable
 from mnemoplan.indexes.journal import Intent, WriteJournal
 from mnemoplan.indexes.lance_log import LanceLog, sql_in, sql_str
 from mnemoplan.indexes.ledger import UserLedger
@@ -106,17 +106,10 @@ class MemoryStore:
             self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows,
                                 cache_tokens_per_user=token_cache_tokens)  # fmt: skip
             self.bm25 = BM25Index(data_dir / "bm25")
-            self.graph = GraphIndex(data_dir / "graph" / "graph.kuzu", buffer_pool_mb=graph_buffer_pool_mb)
+            self.journal = WriteJournal(data_dir / "journal")
+            self.graph = self._open_graph(data_dir / "graph" / "graph.kuzu", graph_buffer_pool_mb)
         except BaseException:
             os.close(self._lock_fd)
-            raise
-        try:
-            self.journal = WriteJournal(data_dir / "journal")
-        except BaseException:
-            try:
-                self.graph.close()  # its child process would hold the database until we exit
-            finally:
-                os.close(self._lock_fd)
             raise
         self.context_weight = context_weight
         self._write_lock = threading.RLock()
@@ -139,6 +132,18 @@ class MemoryStore:
         self.overlays = OverlayWriter(
             self.bm25, self.graph, self.journal, self._repair_intent, interval_s=commit_interval_s
         )
+
+    def _open_graph(self, path: Path, buffer_pool_mb: int) -> GraphIndex:
+        """The graph database; one Kùzu cannot open starts afresh and is rebuilt from the log
+        (``repair``): it only ever holds what the log does, and without it no server starts."""
+        try:
+            return GraphIndex(path, buffer_pool_mb=buffer_pool_mb)
+        except GraphUnreadable as exc:
+            log.warning("%s; it is rebuilt from the log", exc)
+        # The intent first: if the new file cannot be opened either, the next start rebuilds it.
+        if not any(intent.op == "rebuild_graph" for intent in self.journal.pending()):
+            self.journal.begin(Intent(op="rebuild_graph", user_id=""))
+        return GraphIndex(path, buffer_pool_mb=buffer_pool_mb, fresh=True)
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -179,12 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         args = parser.parse_args(["serve", *(argv or sys.argv[1:])])
     from mnemoplan.errors import MnemoError
+    from mnemoplan.indexes.graph import GraphError
 
     try:
         return int(args.func(args) or 0)
     except MnemoError as exc:  # bad input, a locked data directory...: one line, not a traceback
         print(f"mnemoplan: {exc.to_text()}", file=sys.stderr)
         return 2
+    except GraphError as exc:  # the graph's process could not start (its database held elsewhere, say)
+        print(f"mnemoplan: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:  # a data directory that is a file, a full disk, no permission
         print(f"mnemoplan: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
         return 1
