@@ -474,7 +474,9 @@ def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pyte
         svc.close()
 
 
-def test_a_failed_overlay_write_is_repaired_from_the_log(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_overlay_write_is_repaired_from_the_log(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def crash(*args: object, **kwargs: object) -> None:
         raise RuntimeError("simulated Tantivy failure")
 
@@ -484,6 +486,7 @@ def test_a_failed_overlay_write_is_repaired_from_the_log(service: MemoryService,
     log_ids, bm25_ids, graph_ids = overlay_ids(service.store, "u")
     assert log_ids == bm25_ids == graph_ids
     assert not list((service.store.data_dir / "journal").glob("*.json"))
+    assert "a graph write failed" not in caplog.text  # the repair added the nodes; nothing adds them again
 
 
 def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:

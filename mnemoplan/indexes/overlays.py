@@ -110,8 +110,10 @@ class OverlayWriter:
             try:
                 self._bm25.add(docs, commit=False)
             except Exception:
-                self._repair(intent)  # rebuilds the user's BM25 index from the log: covers it all
+                self._repair(intent)  # rebuilds the user's BM25 index and adds the graph's nodes
                 log.warning("a BM25 write failed and was repaired from the log")
+                self._journal.done(intent)  # its nodes are in the graph: adding them as new would fail
+                return
             with self._flush_lock:
                 pending = self._pending.setdefault(user_id, _Pending())
                 pending.intents.append(intent)
