@@ -21,6 +21,7 @@ from mnemoplan.indexes.ingest import NewMemory, SourcesGone
 from mnemoplan.indexes.lance_log import _usable_cpus
 from mnemoplan.indexes.store import MemoryStore
 from mnemoplan.model import MessageIn, Record, TimeRange
+from mnemoplan.server.cli import main
 from mnemoplan.server.service import MemoryService
 from tests.conftest import make_service
 
@@ -496,6 +497,26 @@ def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
     assert service.recall("lighthouse", user_id="u").trace.signals[0].count == 0
     service.store.rebuild("u")
     assert "the lighthouse keeper's log" in [i.text for i in service.recall("lighthouse", user_id="u").items]
+
+
+def test_the_reindex_command_reports_each_user_as_it_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
+    svc = make_service(tmp_path / "data")
+    say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"))
+    say(svc, "v", "t", ("Kim", "my bike has a flat tyre"))
+    svc.close()
+    assert main(["reindex", "--data-dir", str(tmp_path / "data")]) == 0
+    err = capsys.readouterr().err
+    assert "re-indexing 2 user(s)" in err and "[1/2] " in err and "[2/2] " in err
+    svc = make_service(tmp_path / "data")
+    try:
+        for user in ("u", "v"):
+            log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, user)
+            assert log_ids == bm25_ids == graph_ids and graph_ids
+    finally:
+        svc.close()
 
 
 def test_reindexing_everyone_writes_the_graph_into_a_new_file(service: MemoryService) -> None:

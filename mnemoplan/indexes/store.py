@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -581,8 +581,11 @@ class MemoryStore:
 
         return self.bm25.rebuild(user_id, docs)
 
-    def rebuild(self, user_id: str | None = None) -> dict[str, int]:
-        """Rebuild every overlay of one user (or of all users) from the log.
+    def rebuild(
+        self, user_id: str | None = None, progress: Callable[[str, int], None] | None = None
+    ) -> dict[str, int]:
+        """Rebuild every overlay of one user (or of all users) from the log; ``progress`` is told
+        each user and their record count once they are done.
 
         Rebuilding all users writes the graph into a new file, so nothing stays in the pages
         of the old one (such as what Kùzu leaked into it while it ran in this process). A
@@ -604,6 +607,8 @@ class MemoryStore:
                 self._relean(uid, records)
                 self.catalogs.invalidate(uid)
                 out[uid] = len(records)
+                if progress is not None:
+                    progress(uid, len(records))
             self.graph.checkpoint()
             self._last.clear()
             self._ledgers.clear()

@@ -109,9 +109,15 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
         print(f"re-indexing {len(users)} user(s)", file=sys.stderr)
-        counts = service.store.rebuild(args.user)  # every user's overlays before the slow token backfill
+        done = 0
+
+        def rebuilt(user: str, records: int) -> None:
+            nonlocal done
+            done += 1
+            print(f"[{done}/{len(users)}] {user}: {records} records re-indexed", file=sys.stderr)
+
+        service.store.rebuild(args.user, rebuilt)  # every user's overlays before the slow token backfill
         for i, user in enumerate(users, 1):
-            print(f"[{i}/{len(users)}] {user}: {counts.get(user, 0)} records re-indexed", file=sys.stderr)
             tokens = service.ingestor.backfill_tokens(
                 user, lambda done, total: print(f"  token vectors {done}/{total}", file=sys.stderr)
             )
