@@ -105,6 +105,31 @@ def test_closing_the_graph_ends_its_process_and_frees_the_database(tmp_path: Pat
         again.close()
 
 
+def test_a_close_interrupted_by_ctrl_c_still_ends_the_graph_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    index.add([record(0)])
+    pid = index.pid
+    assert pid is not None
+    real_receive = graph.receive
+
+    def interrupted(stream: BinaryIO) -> Any:
+        raise KeyboardInterrupt  # while waiting for the child's reply to close
+
+    monkeypatch.setattr(graph, "receive", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        index.close()
+    monkeypatch.setattr(graph, "receive", real_receive)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    again = GraphIndex(tmp_path / "graph.kuzu", open_wait_s=0)  # nothing holds the database
+    try:
+        assert again.ids("k" * 32) == {record(0).id}
+    finally:
+        again.close()
+
+
 def test_a_database_another_process_holds_is_a_clear_error(tmp_path: Path) -> None:
     index = GraphIndex(tmp_path / "graph.kuzu")
     try:

@@ -333,14 +333,18 @@ class GraphIndex:
         if proc is None:
             return None
         reply = None
-        if proc.poll() is None:
-            assert proc.stdin is not None and proc.stdout is not None
-            try:
-                send(proc.stdin, ("close", (), {}))
-                reply = receive(proc.stdout)
-            except OSError:
-                pass
-        _end(proc, grace_s=60)
+        try:
+            if proc.poll() is None:
+                assert proc.stdin is not None and proc.stdout is not None
+                try:
+                    send(proc.stdin, ("close", (), {}))
+                    reply = receive(proc.stdout)
+                except OSError:
+                    pass
+            _end(proc, grace_s=60)
+        except BaseException:  # interrupted (Ctrl-C): stop it rather than leave it holding the database
+            _end(proc)
+            raise
         return reply
 
     # -- reads -------------------------------------------------------------------------
