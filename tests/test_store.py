@@ -490,6 +490,34 @@ def test_a_failed_overlay_write_is_repaired_from_the_log(
     assert "a graph write failed" not in caplog.text  # the repair added the nodes; nothing adds them again
 
 
+def test_a_failed_bm25_write_keeps_the_edge_to_a_turn_not_yet_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = make_service(tmp_path / "data")
+    svc.store.overlays.interval_s = 60  # a user's first write is flushed at once, the next ones wait
+    try:
+        say(svc, "u", "s", ("Ann", "I bought a red kayak"))
+        first = say(svc, "u", "s", ("Ann", "It's the one from the harbour shop"))
+        svc.store.overlays._wait_queue("u")
+        assert "u" in svc.store.overlays._pending  # its graph node not written yet
+        real_add = svc.store.bm25.add
+        calls = iter([True])
+
+        def crash_once(*args: Any, **kwargs: Any) -> None:
+            if next(calls, False):
+                raise RuntimeError("simulated Tantivy failure")
+            real_add(*args, **kwargs)
+
+        monkeypatch.setattr(svc.store.bm25, "add", crash_once)
+        second = say(svc, "u", "s", ("Ben", "Where will you paddle it?"))
+        svc.store.wait_for_writes("u")
+        assert svc.store.graph.neighbours(second) == {second[0]: (first[0], "")}
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == bm25_ids == graph_ids
+    finally:
+        svc.close()
+
+
 def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
     say(service, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
     service.store.wait_for_writes("u")

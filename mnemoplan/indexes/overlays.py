@@ -110,6 +110,10 @@ class OverlayWriter:
             try:
                 self._bm25.add(docs, commit=False)
             except Exception:
+                # The nodes still pending first: the repair adds this intent's nodes with their edges
+                # to earlier records (the turn before, the messages a summary was made of), which
+                # Kùzu only creates between records already in the graph.
+                self._flush_now(user_id)
                 self._repair(intent)  # rebuilds the user's BM25 index and adds the graph's nodes
                 log.warning("a BM25 write failed and was repaired from the log")
                 self._journal.done(intent)  # its nodes are in the graph: adding them as new would fail
