@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -112,15 +114,15 @@ def test_a_close_interrupted_by_ctrl_c_still_ends_the_graph_process(
     index.add([record(0)])
     pid = index.pid
     assert pid is not None
-    real_receive = graph.receive
+    real_send = graph.send
 
-    def interrupted(stream: BinaryIO) -> Any:
-        raise KeyboardInterrupt  # while waiting for the child's reply to close
+    def interrupted(stream: BinaryIO, message: Any) -> None:
+        raise KeyboardInterrupt  # before the child was told to close: it still holds the database
 
-    monkeypatch.setattr(graph, "receive", interrupted)
+    monkeypatch.setattr(graph, "send", interrupted)
     with pytest.raises(KeyboardInterrupt):
         index.close()
-    monkeypatch.setattr(graph, "receive", real_receive)
+    monkeypatch.setattr(graph, "send", real_send)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     again = GraphIndex(tmp_path / "graph.kuzu", open_wait_s=0)  # nothing holds the database
@@ -128,6 +130,39 @@ def test_a_close_interrupted_by_ctrl_c_still_ends_the_graph_process(
         assert again.ids("k" * 32) == {record(0).id}
     finally:
         again.close()
+
+
+def test_a_close_the_graph_process_never_answers_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(graph, "CLOSE_WAIT_S", 0.5)
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    index.add([record(0)])
+    pid = index.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    index.close()  # returns: the child was stopped
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    again = GraphIndex(tmp_path / "graph.kuzu", open_wait_s=0)
+    try:
+        assert again.ids("k" * 32) == {record(0).id}  # committed before, kept by the write-ahead log
+    finally:
+        again.close()
+
+
+def test_the_servers_own_process_never_loads_kuzu(tmp_path: Path) -> None:
+    script = (
+        "import sys; from pathlib import Path; from tests.conftest import make_service; "
+        "from mnemoplan.model import MessageIn; "
+        "svc = make_service(Path(sys.argv[1])); "
+        "svc.remember(messages=[MessageIn(content='Ann met Ben in Oslo', speaker='Ann')], user_id='u'); "
+        "svc.recall('Where did Ann meet Ben?', user_id='u'); svc.close(); "
+        "print('kuzu' in sys.modules, 'mnemoplan.indexes.kuzu_graph' in sys.modules)"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")], capture_output=True, text=True,
+                         env=env, cwd=root, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_a_database_another_process_holds_is_a_clear_error(tmp_path: Path) -> None:

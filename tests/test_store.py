@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -475,6 +476,21 @@ def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pyte
         svc.close()
 
 
+def test_a_start_up_repair_that_fails_releases_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_service(tmp_path / "data").close()
+
+    def broken(self: MemoryStore) -> int:
+        raise OSError("disk full while repairing")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MemoryStore, "repair", broken)
+        with pytest.raises(OSError, match="disk full"):
+            make_service(tmp_path / "data")
+    MemoryStore(tmp_path / "data").close()  # neither its lock nor its graph process is held
+
+
 def test_a_failed_overlay_write_is_repaired_from_the_log(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -527,17 +543,29 @@ def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
     assert "the lighthouse keeper's log" in [i.text for i in service.recall("lighthouse", user_id="u").items]
 
 
-def test_the_reindex_command_reports_each_user_as_it_is_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_reindex_command_reports_each_user_as_it_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
     svc = make_service(tmp_path / "data")
     say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"))
     say(svc, "v", "t", ("Kim", "my bike has a flat tyre"))
     svc.close()
+    events: list[str] = []
+    real_rebuild = GraphIndex.rebuild
+
+    def rebuild_graph(self: GraphIndex, user: str, records: Any, batch: int = 2_000) -> int:
+        events.append("graph")
+        return real_rebuild(self, user, records, batch)
+
+    class Stderr(io.StringIO):
+        def write(self, text: str) -> int:
+            events.append(text)
+            return len(text)
+
+    monkeypatch.setattr(GraphIndex, "rebuild", rebuild_graph)
+    monkeypatch.setattr(sys, "stderr", Stderr())  # the command's lines, in order with the graph's rebuilds
     assert main(["reindex", "--data-dir", str(tmp_path / "data")]) == 0
-    err = capsys.readouterr().err
-    assert "re-indexing 2 user(s)" in err and "[1/2] " in err and "[2/2] " in err
+    said = [e for e in events if e == "graph" or "records re-indexed" in e]
+    assert [e if e == "graph" else e.split()[0] for e in said] == ["graph", "[1/2]", "graph", "[2/2]"]
     svc = make_service(tmp_path / "data")
     try:
         for user in ("u", "v"):
@@ -613,20 +641,38 @@ def test_a_graph_that_cannot_be_opened_even_afresh_is_rebuilt_at_the_next_start(
     say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"))
     svc.close()
     damage(data / "graph" / "graph.kuzu")
-    real = store_module.GraphIndex
-
-    def unlucky(*args: Any, **kwargs: Any) -> GraphIndex:
-        if kwargs.get("fresh"):
-            real(*args, **kwargs).close()  # the old file is gone...
-            raise GraphError("no memory for the buffer pool")  # ...and the new one failed to open
-        return real(*args, **kwargs)
+    class Unlucky(GraphIndex):
+        def __init__(self, *args: Any, fresh: bool = False, **kwargs: Any) -> None:
+            super().__init__(*args, fresh=fresh, **kwargs)
+            if fresh:  # the old file is gone, and the new one failed to open
+                self.close()
+                raise GraphError("no memory for the buffer pool")
 
     with monkeypatch.context() as patch:
-        patch.setattr(store_module, "GraphIndex", unlucky)
+        patch.setattr(store_module, "GraphIndex", Unlucky)
         with pytest.raises(GraphError, match="buffer pool"):
             make_service(data)
     svc = make_service(data)  # opens the new, empty file, and the intent says to fill it
     try:
+        log_ids, _, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == graph_ids and graph_ids
+    finally:
+        svc.close()
+
+
+def test_a_graph_that_fails_to_open_for_the_machines_reasons_is_left_as_it_is(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"))
+    svc.close()
+    before = (data / "graph" / "graph.kuzu").read_bytes()
+    with pytest.raises(GraphError, match="could not be opened"):
+        MemoryStore(data, graph_buffer_pool_mb=10**8)  # 100 TB: Kùzu cannot have it, for any file
+    assert (data / "graph" / "graph.kuzu").read_bytes() == before
+    assert sorted(p.name for p in (data / "graph").iterdir()) == ["graph.kuzu"]  # the probe's files gone too
+    svc = make_service(data)
+    try:
+        assert svc.store.journal.pending() == []
         log_ids, _, graph_ids = overlay_ids(svc.store, "u")
         assert log_ids == graph_ids and graph_ids
     finally:
@@ -696,6 +742,20 @@ def test_a_store_that_fails_to_close_still_ends_the_graph_process_and_frees_the_
             os.kill(child, 0)
             time.sleep(0.05)
     MemoryStore(tmp_path / "data").close()
+
+
+def test_a_service_part_that_fails_to_close_still_lets_the_store_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = make_service(tmp_path / "data")
+
+    def broken() -> None:
+        raise RuntimeError("a step thread would not stop")
+
+    monkeypatch.setattr(svc.deep, "close", broken)
+    with pytest.raises(RuntimeError, match="would not stop"):
+        svc.close()
+    MemoryStore(tmp_path / "data").close()  # the data directory is free
 
 
 def test_time_range_and_project_filters(service: MemoryService) -> None:

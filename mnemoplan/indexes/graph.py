@@ -22,6 +22,7 @@ RELATED(Entity->Entity, fact, strength, negated, valid_to).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import select
@@ -38,6 +39,7 @@ from typing import Any, BinaryIO
 log = logging.getLogger(__name__)
 
 UNWIND_MAX_RECORDS = 20_000  # see kuzu_graph.KuzuGraph._each
+CLOSE_WAIT_S = 60.0  # for the child to close its database (a checkpoint) and exit
 
 
 @dataclass(frozen=True)
@@ -241,8 +243,7 @@ class GraphIndex:
                 hung = False
                 try:
                     send(proc.stdin, (name, args, kwargs))
-                    # Nothing is left in the pipe's buffer between replies, so select sees the next.
-                    if name in _READS and not select.select([proc.stdout], [], [], self._read_timeout_s)[0]:
+                    if name in _READS and not _answers(proc.stdout, self._read_timeout_s):
                         hung, reply = True, None
                     else:
                         reply = receive(proc.stdout)
@@ -324,8 +325,22 @@ class GraphIndex:
             self._start()
 
     def _remove_files(self) -> None:
-        for leftover in self.path.parent.glob(self.path.name + "*"):  # the file, its WAL, its shadow
-            leftover.unlink()
+        for leftover in _database_files(self.path):
+            leftover.unlink(missing_ok=True)
+
+    @classmethod
+    def opens_afresh(cls, path: Path, buffer_pool_mb: int) -> bool:
+        """Whether Kùzu opens a new, empty database beside ``path`` with the same settings. If
+        not, what kept ``path`` from opening is the machine's (memory, permissions), not the file's."""
+        probe = path.with_name(f"{path.name}.probe-{os.getpid()}")
+        try:
+            cls(probe, buffer_pool_mb=buffer_pool_mb, open_wait_s=0).close()
+            return True
+        except (GraphError, OSError):
+            return False
+        finally:
+            for leftover in _database_files(probe):
+                leftover.unlink(missing_ok=True)
 
     @staticmethod
     def _close_child(proc: subprocess.Popen[bytes] | None) -> Any:
@@ -338,10 +353,14 @@ class GraphIndex:
                 assert proc.stdin is not None and proc.stdout is not None
                 try:
                     send(proc.stdin, ("close", (), {}))
-                    reply = receive(proc.stdout)
+                    if _answers(proc.stdout, CLOSE_WAIT_S):
+                        reply = receive(proc.stdout)
+                    else:
+                        log.warning("the graph process did not close its database within %g s; stopping it "
+                                    "(what it committed is in its write-ahead log)", CLOSE_WAIT_S)  # fmt: skip
                 except OSError:
                     pass
-            _end(proc, grace_s=60)
+            _end(proc, grace_s=CLOSE_WAIT_S if reply is not None else 0)
         except BaseException:  # interrupted (Ctrl-C): stop it rather than leave it holding the database
             _end(proc)
             raise
@@ -376,6 +395,19 @@ class GraphIndex:
     def derived_from(self, ids: list[str]) -> dict[str, list[str]]:
         """Derived records (facts, summaries) that cite any of ``ids``: source id -> derived ids."""
         return self._call("derived_from", ids) if ids else {}
+
+
+def _database_files(path: Path) -> list[Path]:
+    """The files Kùzu keeps a database in: the file, its write-ahead log, shadow and temporary files."""
+    return [path, *(path.with_name(f"{path.name}.{suffix}") for suffix in ("wal", "shadow", "tmp"))]
+
+
+def _answers(stream: BinaryIO, timeout_s: float) -> bool:
+    """Whether the child starts a reply (or closes the pipe) within ``timeout_s``. The reader's
+    buffer is empty between replies (one reply a request, each read whole), so the pipe shows it."""
+    poller = select.poll()  # not select.select: it fails on descriptors numbered 1024 and up
+    poller.register(stream.fileno(), select.POLLIN)
+    return bool(poller.poll(math.ceil(timeout_s * 1000)))
 
 
 def _end(proc: subprocess.Popen[bytes], grace_s: float = 0.0) -> None:

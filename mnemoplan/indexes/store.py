@@ -139,6 +139,8 @@ class MemoryStore:
         try:
             return GraphIndex(path, buffer_pool_mb=buffer_pool_mb)
         except GraphUnreadable as exc:
+            if not GraphIndex.opens_afresh(path, buffer_pool_mb):
+                raise  # not the file: a new one would fail the same way, so it stays as it is
             log.warning("%s; it is rebuilt from the log", exc)
         # The intent first: if the new file cannot be opened either, the next start rebuilds it.
         if not any(intent.op == "rebuild_graph" for intent in self.journal.pending()):

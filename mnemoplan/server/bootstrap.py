@@ -89,7 +89,11 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
     )  # fmt: skip
-    repaired = store.repair()
+    try:
+        repaired = store.repair()
+    except BaseException:  # the graph's process and the data directory's lock go with the store
+        store.close()
+        raise
     if repaired:
         log.warning("repaired %d interrupted write(s)", repaired)
     store.maintain_if_fragmented()

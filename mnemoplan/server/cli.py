@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     except MnemoError as exc:  # bad input, a locked data directory...: one line, not a traceback
         print(f"mnemoplan: {exc.to_text()}", file=sys.stderr)
         return 2
-    except GraphError as exc:  # the graph's process could not start (its database held elsewhere, say)
+    except GraphError as exc:  # the graph's process failed: could not start (held elsewhere, say), or died
         print(f"mnemoplan: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # a data directory that is a file, a full disk, no permission
