@@ -56,6 +56,15 @@ def record(i: int, user: str = "k" * 32) -> GraphRecord:
                        mentions=(GraphMention("e" * 32, "person"),))  # fmt: skip
 
 
+def assert_holds(path: Path, ids: set[str]) -> None:
+    """Open the database at once (no process holds it any more) and check the user's records."""
+    again = GraphIndex(path, open_wait_s=0)
+    try:
+        assert again.ids("k" * 32) == ids
+    finally:
+        again.close()
+
+
 def test_a_graph_process_that_dies_is_started_again(tmp_path: Path) -> None:
     index = GraphIndex(tmp_path / "graph.kuzu")
     try:
@@ -100,11 +109,7 @@ def test_closing_the_graph_ends_its_process_and_frees_the_database(tmp_path: Pat
         os.kill(pid, 0)
     with pytest.raises(GraphError, match="closed"):
         index.ids("k" * 32)
-    again = GraphIndex(tmp_path / "graph.kuzu")  # the file lock went with the process
-    try:
-        assert again.ids("k" * 32) == {record(0).id}
-    finally:
-        again.close()
+    assert_holds(tmp_path / "graph.kuzu", {record(0).id})  # the file lock went with the process
 
 
 def test_a_close_interrupted_by_ctrl_c_still_ends_the_graph_process(
@@ -125,11 +130,7 @@ def test_a_close_interrupted_by_ctrl_c_still_ends_the_graph_process(
     monkeypatch.setattr(graph, "send", real_send)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    again = GraphIndex(tmp_path / "graph.kuzu", open_wait_s=0)  # nothing holds the database
-    try:
-        assert again.ids("k" * 32) == {record(0).id}
-    finally:
-        again.close()
+    assert_holds(tmp_path / "graph.kuzu", {record(0).id})
 
 
 def test_a_close_the_graph_process_never_answers_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,11 +143,7 @@ def test_a_close_the_graph_process_never_answers_stops_it(tmp_path: Path, monkey
     index.close()  # returns: the child was stopped
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    again = GraphIndex(tmp_path / "graph.kuzu", open_wait_s=0)
-    try:
-        assert again.ids("k" * 32) == {record(0).id}  # committed before, kept by the write-ahead log
-    finally:
-        again.close()
+    assert_holds(tmp_path / "graph.kuzu", {record(0).id})  # committed before, kept by the write-ahead log
 
 
 def test_the_servers_own_process_never_loads_kuzu(tmp_path: Path) -> None:

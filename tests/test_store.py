@@ -543,6 +543,19 @@ def test_reindex_rebuilds_overlays_from_the_log(service: MemoryService) -> None:
     assert "the lighthouse keeper's log" in [i.text for i in service.recall("lighthouse", user_id="u").items]
 
 
+def assert_reopened_overlays_hold_the_log(data: Path, *users: str) -> None:
+    """Start a service on ``data`` again: nothing is left to repair, and every overlay holds
+    exactly the records the log does for each user."""
+    svc = make_service(data)
+    try:
+        assert svc.store.journal.pending() == []
+        for user in users:
+            log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, user)
+            assert log_ids == bm25_ids == graph_ids and graph_ids
+    finally:
+        svc.close()
+
+
 def test_the_reindex_command_reports_each_user_as_it_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
     svc = make_service(tmp_path / "data")
@@ -566,13 +579,7 @@ def test_the_reindex_command_reports_each_user_as_it_is_done(tmp_path: Path, mon
     assert main(["reindex", "--data-dir", str(tmp_path / "data")]) == 0
     said = [e for e in events if e == "graph" or "records re-indexed" in e]
     assert [e if e == "graph" else e.split()[0] for e in said] == ["graph", "[1/2]", "graph", "[2/2]"]
-    svc = make_service(tmp_path / "data")
-    try:
-        for user in ("u", "v"):
-            log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, user)
-            assert log_ids == bm25_ids == graph_ids and graph_ids
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(tmp_path / "data", "u", "v")
 
 
 def test_reindexing_everyone_writes_the_graph_into_a_new_file(service: MemoryService) -> None:
@@ -602,14 +609,7 @@ def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
         with pytest.raises(RuntimeError):
             svc.store.rebuild()  # the graph file is new and holds at most the first user
     svc.close()
-    svc = make_service(data)
-    try:
-        assert svc.store.journal.pending() == []
-        for user in ("u", "v"):
-            log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, user)
-            assert log_ids == bm25_ids == graph_ids and graph_ids
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(data, "u", "v")
 
 
 def damage(path: Path) -> None:
@@ -624,13 +624,7 @@ def test_a_graph_database_kuzu_cannot_open_is_rebuilt_from_the_log_at_start(tmp_
     say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
     svc.close()
     damage(data / "graph" / "graph.kuzu")
-    svc = make_service(data)  # it used to stop here: no server, and no reindex either
-    try:
-        assert svc.store.journal.pending() == []
-        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
-        assert log_ids == bm25_ids == graph_ids and graph_ids
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(data, "u")  # it used to stop here: no server, and no reindex either
 
 
 def test_a_graph_that_cannot_be_opened_even_afresh_is_rebuilt_at_the_next_start(
@@ -652,12 +646,7 @@ def test_a_graph_that_cannot_be_opened_even_afresh_is_rebuilt_at_the_next_start(
         patch.setattr(store_module, "GraphIndex", Unlucky)
         with pytest.raises(GraphError, match="buffer pool"):
             make_service(data)
-    svc = make_service(data)  # opens the new, empty file, and the intent says to fill it
-    try:
-        log_ids, _, graph_ids = overlay_ids(svc.store, "u")
-        assert log_ids == graph_ids and graph_ids
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(data, "u")  # the new, empty file, filled as the intent says
 
 
 def test_a_graph_that_fails_to_open_for_the_machines_reasons_is_left_as_it_is(tmp_path: Path) -> None:
@@ -670,13 +659,7 @@ def test_a_graph_that_fails_to_open_for_the_machines_reasons_is_left_as_it_is(tm
         MemoryStore(data, graph_buffer_pool_mb=10**8)  # 100 TB: Kùzu cannot have it, for any file
     assert (data / "graph" / "graph.kuzu").read_bytes() == before
     assert sorted(p.name for p in (data / "graph").iterdir()) == ["graph.kuzu"]  # the probe's files gone too
-    svc = make_service(data)
-    try:
-        assert svc.store.journal.pending() == []
-        log_ids, _, graph_ids = overlay_ids(svc.store, "u")
-        assert log_ids == graph_ids and graph_ids
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(data, "u")
 
 
 def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service: MemoryService) -> None:

@@ -109,12 +109,12 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     try:
         users = [args.user] if args.user else service.store.log.user_ids()
         print(f"re-indexing {len(users)} user(s)", file=sys.stderr)
-        done = 0
+        finished = 0
 
         def rebuilt(user: str, records: int) -> None:
-            nonlocal done
-            done += 1
-            print(f"[{done}/{len(users)}] {user}: {records} records re-indexed", file=sys.stderr)
+            nonlocal finished
+            finished += 1
+            print(f"[{finished}/{len(users)}] {user}: {records} records re-indexed", file=sys.stderr)
 
         service.store.rebuild(args.user, rebuilt)  # every user's overlays before the slow token backfill
         for i, user in enumerate(users, 1):
