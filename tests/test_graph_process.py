@@ -133,7 +133,9 @@ def test_a_close_interrupted_by_ctrl_c_still_ends_the_graph_process(
     assert_holds(tmp_path / "graph.kuzu", {record(0).id})
 
 
-def test_a_close_the_graph_process_never_answers_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_close_the_graph_process_never_answers_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(graph, "CLOSE_WAIT_S", 0.5)
     index = GraphIndex(tmp_path / "graph.kuzu")
     index.add([record(0)])
@@ -157,8 +159,8 @@ def test_the_servers_own_process_never_loads_kuzu(tmp_path: Path) -> None:
     )
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")], capture_output=True, text=True,
-                         env=env, cwd=root, timeout=120, check=True)  # fmt: skip
+    argv = [sys.executable, "-c", script, str(tmp_path / "data")]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root, timeout=120, check=True)
     assert out.stdout.split() == ["False", "False"]
 
 

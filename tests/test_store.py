@@ -556,7 +556,9 @@ def assert_reopened_overlays_hold_the_log(data: Path, *users: str) -> None:
         svc.close()
 
 
-def test_the_reindex_command_reports_each_user_as_it_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_reindex_command_reports_each_user_as_it_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
     svc = make_service(tmp_path / "data")
     say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"))

@@ -356,8 +356,9 @@ class GraphIndex:
                     if _answers(proc.stdout, CLOSE_WAIT_S):
                         reply = receive(proc.stdout)
                     else:
-                        log.warning("the graph process did not close its database within %g s; stopping it "
-                                    "(what it committed is in its write-ahead log)", CLOSE_WAIT_S)  # fmt: skip
+                        log.warning("the graph process did not close its database within %g s; "
+                                    "stopping it (its write-ahead log keeps what it committed)",
+                                    CLOSE_WAIT_S)  # fmt: skip
                 except OSError:
                     pass
             _end(proc, grace_s=CLOSE_WAIT_S if reply is not None else 0)
