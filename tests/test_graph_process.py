@@ -241,3 +241,21 @@ def test_a_refused_request_reports_kuzus_error_and_the_process_goes_on(tmp_path:
         assert index.ids("k" * 32) == {record(0).id}
     finally:
         index.close()
+
+
+def test_edges_written_and_deleted_between_checkpoints_never_crash_a_checkpoint(tmp_path: Path) -> None:
+    """Remember a few turns, forget them, purge, over and over: Kùzu 0.11.3 crashed (SIGSEGV) in
+    the third round's checkpoint (see ``kuzu_graph.KuzuGraph``), and in every second one after."""
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        pid = index.pid
+        for start in range(0, 20, 4):
+            batch = [record(i) for i in range(start, start + 4)]
+            index.add(batch, fresh=True)
+            assert index.delete([r.id for r in batch]) == 4
+            index.checkpoint()
+        assert index.pid == pid  # never started again
+        index.add([record(20)], fresh=True)
+        assert index.ids("k" * 32) == {record(20).id}
+    finally:
+        index.close()
