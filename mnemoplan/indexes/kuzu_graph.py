@@ -44,7 +44,8 @@ class KuzuGraph:
     invalid instead of clearing them, and the next checkpoint of the table reads a chunk at that
     invalid row index. Remembering a few turns and forgetting them did exactly that every round,
     from the third on. So no edge is ever deleted before a checkpoint has made it persistent
-    (``_settle``).
+    (``_settle``); and a database opened with a write-ahead log, which may replay such edges (a
+    process killed meanwhile, or one that crashed so), is checkpointed and opened again first.
 
     Args:
         path: File of the Kùzu database.
@@ -57,6 +58,13 @@ class KuzuGraph:
         self._path, self._buffer_pool = path, buffer_pool_mb * 1024 * 1024
         self._unwind_max = unwind_max_records
         self._open()
+        wal = path.with_name(f"{path.name}.wal")
+        if wal.exists() and wal.stat().st_size:
+            # The first checkpoint after opening never crashes; the edges the log replayed
+            # leave the memory with the process's copy of the database (see the class's doc).
+            self.checkpoint()
+            self.close()
+            self._open()
         # Edges inserted since the last checkpoint, as far as this process knows (Kùzu may
         # checkpoint on its own as well, which only makes a ``_settle`` do needless work).
         self._unsettled = False
