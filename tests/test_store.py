@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mnemoplan.errors import DataDirLocked, InvalidInput
+from mnemoplan.errors import DataDirLocked, InvalidInput, PurgeIncomplete
 from mnemoplan.indexes import store as store_module
 from mnemoplan.indexes.graph import GraphError, GraphIndex, GraphRecord
 from mnemoplan.indexes.ingest import NewMemory, SourcesGone
@@ -406,7 +406,7 @@ def test_a_purge_cut_short_is_done_at_the_next_start(
     svc.store.log.maintain()
     with monkeypatch.context() as patch:
         patch.setattr(LanceLog, step, lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
-        with pytest.raises(RuntimeError):
+        with pytest.raises(PurgeIncomplete):
             svc.forget(ids=[ids[0]], user_id="u")
     assert svc.store.log.count("user_id = 'u'") == 4  # deleted, not yet purged
     svc.close()
@@ -415,6 +415,68 @@ def test_a_purge_cut_short_is_done_at_the_next_start(
     try:
         assert on_disk(data, "HIDE0KK") == [] and svc.store.log.count("user_id = 'u'") == 4
         assert svc.store.journal.pending() == []
+    finally:
+        svc.close()
+
+
+def fails_once(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> None:
+    """Make ``owner.name`` fail on its next call as when the graph process dies under it, then work again."""
+    real = getattr(owner, name)
+    calls = iter([True])
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        if next(calls, False):
+            raise GraphError(f"the graph process died during {name} (code -11)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, once)
+
+
+@pytest.mark.parametrize("how", ["ids", "session"])
+def test_a_forget_whose_purge_failed_is_finished_by_the_next_forget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The records are out of the log once the purge fails, so the same call again used to
+    answer not_found, and the bytes stayed on disk until another forget or a restart."""
+    data = tmp_path / "data"
+    svc = make_service(data)
+    try:
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
+        svc.store.wait_for_writes("u")
+        svc.store.log.maintain()
+        fails_once(monkeypatch, svc.store.graph, "checkpoint")
+        forget: dict[str, Any] = {"ids": ids[:2]} if how == "ids" else {"scope": "session", "session_id": "s"}
+        gone = set(ids[:2]) if how == "ids" else set(ids)
+        with pytest.raises(PurgeIncomplete, match="out of every search"):
+            svc.forget(user_id="u", **forget)
+        assert svc.store.log.count("user_id = 'u'") == 5 - len(gone) and on_disk(data, "HIDE0KK")
+        receipt = svc.forget(user_id="u", **forget)  # the same call again, with nothing left to delete
+        assert (receipt.removed, set(receipt.finished_ids), receipt.purged) == (0, gone, True)
+        assert on_disk(data, "HIDE0KK") == [] and on_disk(data, "HIDE1KK") == []
+        assert svc.store.journal.pending() == []
+        again = svc.forget(user_id="u", **forget) if how == "session" else None  # finished: nothing listed
+        assert again is None or (again.removed, again.finished_ids) == (0, [])
+    finally:
+        svc.close()
+
+
+def test_a_forget_that_failed_part_way_is_finished_by_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    try:
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(3)])
+        fails_once(monkeypatch, svc.store.graph, "delete")
+        with pytest.raises(GraphError):
+            svc.forget(ids=[ids[1]], user_id="u")
+        assert svc.store.log.count("user_id = 'u'") == 2  # out of the log, still in the overlays
+        receipt = svc.forget(ids=[ids[1]], user_id="u")
+        assert (receipt.removed, receipt.finished_ids, receipt.purged) == (0, [ids[1]], True)
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == bm25_ids == graph_ids == {ids[0], ids[2]}
+        assert svc.store.graph.neighbours([ids[2]]) == {ids[2]: (ids[0], "")}  # the next turn re-linked
+        assert on_disk(data, "HIDE1KK") == [] and svc.store.journal.pending() == []
     finally:
         svc.close()
 
