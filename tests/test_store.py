@@ -618,6 +618,38 @@ def assert_reopened_overlays_hold_the_log(data: Path, *users: str) -> None:
         svc.close()
 
 
+_KILLED_BEFORE_A_RETRACT_IS_COMMITTED = """
+import os, signal, sys
+from pathlib import Path
+from mnemoplan.model import MessageIn
+from tests.conftest import make_service
+
+svc = make_service(Path(sys.argv[1]))
+svc.store.overlays.interval_s = 3600  # after the first flush, only a read or a close commits
+turns = [MessageIn(content=f"turn {i} about the harbour ferry", speaker="Ann") for i in range(20)]
+svc.remember(messages=turns[:10], user_id="u", session_id="s")  # the session's first summary
+svc.store.wait_for_writes("u")
+first = {r["id"] for r in svc.store.log.select("kind = 'episode'", ["id"])}
+svc.remember(messages=turns[10:], user_id="u", session_id="s")  # a summary of all 20 replaces it
+svc.store.overlays._wait_queue("u")  # the overlay jobs ran; their BM25 commit waits
+now = {r["id"] for r in svc.store.log.select("kind = 'episode'", ["id"])}
+assert first and not first & now, (first, now)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_summary_replaced_just_before_a_kill_leaves_no_bm25_document_behind(tmp_path: Path) -> None:
+    """A replaced summary's journal entry used to close before its BM25 delete was committed,
+    so a kill in between left a document without a log row that no repair knew of."""
+    data = tmp_path / "data"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_A_RETRACT_IS_COMMITTED, str(data)],
+                            env=env, cwd=root, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert_reopened_overlays_hold_the_log(data, "u")
+
+
 def test_the_reindex_command_reports_each_user_as_it_is_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

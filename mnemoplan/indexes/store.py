@@ -379,7 +379,8 @@ class MemoryStore:
         """Remove derived records that a fresh version replaces (summaries of a session).
 
         Not a forget: their text comes from records that stay, so there is nothing to purge;
-        the overlays drop them in the background, after any pending write of theirs.
+        the overlays drop them in the background, after any pending write of theirs, and the
+        intent stays until the BM25 delete is committed.
         """
         with self._write_lock:
             intent = self.journal.begin(Intent("delete", user_id, ids))
@@ -387,13 +388,7 @@ class MemoryStore:
             ledger = self._ledgers.get(user_id)
             if ledger is not None:
                 ledger.drop_summaries(session_id, ids)
-
-        def drop() -> None:
-            self.graph.delete(ids)
-            self.bm25.delete(user_id, ids, commit=False)
-            self.journal.done(intent)
-
-        self.overlays.after_pending(user_id, drop)
+        self.overlays.delete(user_id, intent, ids)
 
     def delete(self, user_id: str, ids: list[str]) -> DeleteReport:
         """Delete records of one user everywhere, with what was derived from them, and purge.
