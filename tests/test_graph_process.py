@@ -269,8 +269,8 @@ from mnemoplan.indexes.kuzu_graph import KuzuGraph
 
 graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=64, unwind_max_records=1000)
 for round in range(2):
-    graph.add([GraphRecord(id=f"{round}{i}" * 16, user="k" * 32, kind="message", seq=i, ts=i, session="s" * 32,
-                           mentions=(GraphMention("e" * 32),)) for i in range(2)], fresh=True)
+    graph.add([GraphRecord(id=f"{round}{i}" * 16, user="k" * 32, kind="message", seq=i, ts=i,
+                           session="s" * 32, mentions=(GraphMention("e" * 32),)) for i in range(2)], fresh=True)
     graph._run("MATCH (r:Record) DETACH DELETE r")  # as every delete did before its edges were settled
     if round == 0:
         graph.checkpoint()
