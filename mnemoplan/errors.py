@@ -56,6 +56,13 @@ class NotFound(MnemoError):
     code = "not_found"
 
 
+class PurgeIncomplete(MnemoError):
+    """Records were deleted from every store, but their bytes could not be purged from the disk yet."""
+
+    code = "purge_incomplete"
+    retryable = True
+
+
 class InvalidPlan(InvalidInput):
     """A query plan does not validate against the index registry."""
 

@@ -241,3 +241,60 @@ def test_a_refused_request_reports_kuzus_error_and_the_process_goes_on(tmp_path:
         assert index.ids("k" * 32) == {record(0).id}
     finally:
         index.close()
+
+
+def test_edges_written_and_deleted_between_checkpoints_never_crash_a_checkpoint(tmp_path: Path) -> None:
+    """Remember a few turns, forget them, purge, over and over: Kùzu 0.11.3 crashed (SIGSEGV) in
+    the third round's checkpoint (see ``kuzu_graph.KuzuGraph``), and in every second one after."""
+    index = GraphIndex(tmp_path / "graph.kuzu")
+    try:
+        pid = index.pid
+        for start in range(0, 20, 4):
+            batch = [record(i) for i in range(start, start + 4)]
+            index.add(batch, fresh=True)
+            assert index.delete([r.id for r in batch]) == 4
+            index.checkpoint()
+        assert index.pid == pid  # never started again
+        index.add([record(20)], fresh=True)
+        assert index.ids("k" * 32) == {record(20).id}
+    finally:
+        index.close()
+
+
+_KILLED_AFTER_UNSETTLED_DELETES = """
+import os, sys
+from pathlib import Path
+from mnemoplan.indexes.graph import GraphMention, GraphRecord
+from mnemoplan.indexes.kuzu_graph import KuzuGraph
+
+graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=64, unwind_max_records=1000)
+for round in range(2):
+    graph.add([GraphRecord(id=f"{round}{i}" * 16, user="k" * 32, kind="message", seq=i, ts=i,
+                           session="s" * 32, mentions=(GraphMention("e" * 32),)) for i in range(2)], fresh=True)
+    graph._run("MATCH (r:Record) DETACH DELETE r")  # as every delete did before its edges were settled
+    if round == 0:
+        graph.checkpoint()
+os._exit(0)  # killed: the write-ahead log holds the second round
+"""
+
+
+def test_a_database_whose_log_replays_edges_written_and_deleted_opens_safely(tmp_path: Path) -> None:
+    """A process that died with edges written and deleted since its last checkpoint (killed, or
+    one that crashed so before the fix) leaves a write-ahead log that replays them; checkpointing
+    that state crashed the checkpoint after it, as in the live process."""
+    path = tmp_path / "graph.kuzu"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", _KILLED_AFTER_UNSETTLED_DELETES, str(path)], env=env, check=True,
+                   timeout=120)  # fmt: skip
+    assert path.with_name("graph.kuzu.wal").stat().st_size > 0
+    index = GraphIndex(path, open_wait_s=0)
+    try:
+        pid = index.pid
+        index.checkpoint()
+        index.add([record(0)], fresh=True)
+        index.checkpoint()
+        assert index.pid == pid
+        assert index.ids("k" * 32) == {record(0).id}
+    finally:
+        index.close()

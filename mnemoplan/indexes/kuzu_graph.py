@@ -37,6 +37,16 @@ _SCHEMA = [
 class KuzuGraph:
     """The Kùzu database itself; runs in the graph's child process (see ``GraphIndex``).
 
+    Kùzu 0.11.3 crashes (SIGSEGV) in a checkpoint that follows one where a node group of a
+    relationship table had edges inserted *and* deleted since the checkpoint before, and no
+    other change: that checkpoint takes an early return (``CSRNodeGroup::checkpointInMemAndOnDisk``
+    with no region to write) that leaves the deleted edges' rows in its in-memory index marked
+    invalid instead of clearing them, and the next checkpoint of the table reads a chunk at that
+    invalid row index. Remembering a few turns and forgetting them did exactly that every round,
+    from the third on. So no edge is ever deleted before a checkpoint has made it persistent
+    (``_settle``); and a database opened with a write-ahead log, which may replay such edges (a
+    process killed meanwhile, or one that crashed so), is checkpointed and opened again first.
+
     Args:
         path: File of the Kùzu database.
         buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
@@ -45,14 +55,28 @@ class KuzuGraph:
 
     def __init__(self, path: Path, *, buffer_pool_mb: int, unwind_max_records: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+        self._path, self._buffer_pool = path, buffer_pool_mb * 1024 * 1024
+        self._unwind_max = unwind_max_records
+        self._open()
+        wal = path.with_name(f"{path.name}.wal")
+        if wal.exists() and wal.stat().st_size:
+            # The first checkpoint after opening never crashes; the edges the log replayed
+            # leave the memory with the process's copy of the database (see the class's doc).
+            self.checkpoint()
+            self.close()
+            self._open()
+        # Edges inserted since the last checkpoint, as far as this process knows (Kùzu may
+        # checkpoint on its own as well, which only makes a ``_settle`` do needless work).
+        self._unsettled = False
+        for statement in _SCHEMA:
+            self._conn.execute(statement)
+
+    def _open(self) -> None:
+        self._db = kuzu.Database(str(self._path), buffer_pool_size=self._buffer_pool)
         self._conn = kuzu.Connection(self._db)
         # Our queries are small; one thread each keeps Kùzu from competing with the
         # embedding and the other signals of the same recall for the two cores.
         self._conn.set_max_threads_for_exec(1)
-        self._unwind_max = unwind_max_records
-        for statement in _SCHEMA:
-            self._conn.execute(statement)
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         result = self._conn.execute(query, params or {})
@@ -102,6 +126,7 @@ class KuzuGraph:
         if not records:
             return
         put = "CREATE" if fresh else "MERGE"
+        self._unsettled = True
         with self._transaction():
             # Counting nodes costs under a millisecond; it picks how the edges are written.
             batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < self._unwind_max
@@ -158,12 +183,19 @@ class KuzuGraph:
 
     def close_relation(self, fact_id: str, valid_to: int | None) -> None:
         """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
+        self._unsettled = True
         self._run("MATCH ()-[x:RELATED {fact: $f}]->() SET x.valid_to = $t", {"f": fact_id, "t": valid_to})
+
+    def _settle(self) -> None:
+        """Checkpoint before deleting edges if some may not be persistent yet (see the class's doc)."""
+        if self._unsettled:
+            self.checkpoint()
 
     def delete(self, ids: list[str]) -> int:
         """Detach-delete records, then drop sessions and entities nothing points at any more."""
         if not ids:
             return 0
+        self._settle()
         with self._transaction():
             found = self._run("MATCH (r:Record) WHERE r.id IN $ids RETURN count(r)", {"ids": ids})[0][0]
             self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
@@ -177,6 +209,7 @@ class KuzuGraph:
 
     def drop_user(self, user: str) -> int:
         """Delete everything of one user."""
+        self._settle()
         with self._transaction():
             found = self._run("MATCH (r:Record {user: $u}) RETURN count(r)", {"u": user})[0][0]
             self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
@@ -187,6 +220,7 @@ class KuzuGraph:
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the database file."""
         self._run("CHECKPOINT")
+        self._unsettled = False
 
     def close(self) -> None:
         """Release the database (other processes may open it afterwards)."""

@@ -118,17 +118,35 @@ class OverlayWriter:
                 log.warning("a BM25 write failed and was repaired from the log")
                 self._journal.done(intent)  # its nodes are in the graph: adding them as new would fail
                 return
-            with self._flush_lock:
-                pending = self._pending.setdefault(user_id, _Pending())
-                pending.intents.append(intent)
-                pending.nodes.extend(nodes)
-                due = time.monotonic() - self._last_flush.get(user_id, 0.0) >= self.interval_s
-                if not due:
-                    self._schedule(user_id)
-            if due:
-                self._flush_now(user_id)
+            self._pend(user_id, intent, nodes)
 
         self.submit(user_id, job)
+
+    def delete(self, user_id: str, intent: Intent, ids: list[str]) -> None:
+        """Queue removing records (already out of the log) from both overlays, after the user's
+        pending writes. Like an add's, the intent is closed by the flush that commits the BM25
+        delete: a crash before it leaves the intent to start-up repair, not a document that
+        outlives its record."""
+
+        def job() -> None:
+            self._flush_now(user_id)
+            self._graph.delete(ids)
+            self._bm25.delete(user_id, ids, commit=False)
+            self._pend(user_id, intent, [])
+
+        self.submit(user_id, job)
+
+    def _pend(self, user_id: str, intent: Intent, nodes: list[GraphRecord]) -> None:
+        """Leave a job's intent (and graph nodes) to the next flush, now if one is due."""
+        with self._flush_lock:
+            pending = self._pending.setdefault(user_id, _Pending())
+            pending.intents.append(intent)
+            pending.nodes.extend(nodes)
+            due = time.monotonic() - self._last_flush.get(user_id, 0.0) >= self.interval_s
+            if not due:
+                self._schedule(user_id)
+        if due:
+            self._flush_now(user_id)
 
     def after_pending(self, user_id: str, job: Callable[[], None]) -> None:
         """Queue a job that must see the user's pending writes (a delete, an edge update)."""

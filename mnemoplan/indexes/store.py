@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,12 +45,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DeleteReport:
-    """What a delete removed from each store."""
+    """What a delete removed from each store.
+
+    Attributes:
+        ids: Records this delete removed.
+        per_store: Records or rows removed per store.
+        sessions: Sessions the removed records were in.
+        finished: Records an earlier delete of the user removed without finishing (it raised, or its
+            purge failed), which this one finished removing and purging.
+        purged: Whether the bytes of ``ids`` and ``finished`` left the disk. False if the store
+            closed first (the next start purges them) or the purge failed (``purge_error``).
+        purge_error: Why the purge failed; the user's next delete, or the next start, does it.
+    """
 
     ids: list[str] = field(default_factory=list)
     per_store: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
-    purged: bool = True  # False: the store closed before the bytes left the disk (done at next start)
+    finished: list[str] = field(default_factory=list)
+    purged: bool = True
+    purge_error: str = ""
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -123,6 +137,8 @@ class MemoryStore:
         self._closed = False
         self._purges: dict[str, Intent] = {}  # purge intents not yet done, by token (under the write lock)
         self._rebuilt: set[str] = set()  # of those, the ones whose user's BM25 index was rebuilt since
+        self._stalled: set[str] = set()  # of those, the ones a purge failed to finish (or a redone delete's)
+        self._unfinished: dict[str, Intent] = {}  # delete intents whose delete raised, by token
         self._mention_counts: dict[str, int] = {}
         self._accesses: dict[str, int] = {}  # retrievals not yet written to the log
         # Guards both pending-count dicts. A leaf lock: nothing else is taken while it is held
@@ -363,7 +379,8 @@ class MemoryStore:
         """Remove derived records that a fresh version replaces (summaries of a session).
 
         Not a forget: their text comes from records that stay, so there is nothing to purge;
-        the overlays drop them in the background, after any pending write of theirs.
+        the overlays drop them in the background, after any pending write of theirs, and the
+        intent stays until the BM25 delete is committed.
         """
         with self._write_lock:
             intent = self.journal.begin(Intent("delete", user_id, ids))
@@ -371,13 +388,7 @@ class MemoryStore:
             ledger = self._ledgers.get(user_id)
             if ledger is not None:
                 ledger.drop_summaries(session_id, ids)
-
-        def drop() -> None:
-            self.graph.delete(ids)
-            self.bm25.delete(user_id, ids, commit=False)
-            self.journal.done(intent)
-
-        self.overlays.after_pending(user_id, drop)
+        self.overlays.delete(user_id, intent, ids)
 
     def delete(self, user_id: str, ids: list[str]) -> DeleteReport:
         """Delete records of one user everywhere, with what was derived from them, and purge.
@@ -385,22 +396,71 @@ class MemoryStore:
         Derived records (facts, summaries) citing a deleted record go too. The turn that
         followed a deleted message is re-indexed against its new previous turn, so no
         overlay keeps a trace of the deleted text.
+
+        An earlier delete of the user that did not finish (``unfinished_ids``) is finished
+        first, even when ``ids`` is empty or names nothing left: its records are then listed
+        in ``DeleteReport.finished``.
         """
         report = DeleteReport()
         with self.writing(user_id):
             self.wait_for_writes(user_id)
             with self._write_lock:
-                all_ids = self._with_derived(user_id, ids)
-                if not all_ids:
-                    return report
-                existing = self.log.get(user_id, all_ids)
+                self._redo_deletes(user_id)
+                all_ids = self._with_derived(user_id, ids) if ids else []
+                existing = self.log.get(user_id, all_ids) if all_ids else {}
                 report.ids = [rid for rid in all_ids if rid in existing]
                 report.sessions = {r.session_id for r in existing.values() if r.session_id}
-                intent = self.journal.begin(Intent("delete", user_id, report.ids))
-                self._delete_now(user_id, report)
-                purge = self._purge_later(intent)
-        report.purged = self._purge(purge)  # the records are out of every store: writes may go on
+                if report.ids:
+                    links = self._links(user_id, report.ids)
+                    intent = self.journal.begin(Intent("delete", user_id, report.ids, extra=links))
+                    try:
+                        self._delete_now(user_id, report, intent.extra)
+                    except BaseException:
+                        self._unfinished[intent.token] = intent  # done again by the user's next delete
+                        raise
+                    self._purge_later(intent)
+        self._purge_user(user_id, report)  # the records are out of every store: writes may go on
         return report
+
+    def unfinished_ids(self, user_id: str) -> set[str]:
+        """Records of the user that a delete removed without finishing (it raised, or its purge
+        failed): out of the log, maybe not yet out of every overlay or off the disk. The
+        user's next delete finishes them."""
+        with self._write_lock:
+            stalled = [self._purges[t] for t in self._stalled if t in self._purges]
+            intents = [*self._unfinished.values(), *stalled]
+            return {rid for intent in intents if intent.user_id == user_id for rid in intent.ids}
+
+    def _redo_deletes(self, user_id: str) -> None:
+        """Run again the user's deletes that raised part way (under the write lock), as start-up
+        repair would; their purges count as stalled, so the receipt lists what they removed."""
+        for token, intent in list(self._unfinished.items()):
+            if intent.user_id != user_id:
+                continue
+            self._delete_now(user_id, DeleteReport(ids=list(intent.ids)), intent.extra)
+            del self._unfinished[token]
+            self._stalled.add(self._purge_later(intent).token)
+
+    def _purge_user(self, user_id: str, report: DeleteReport) -> None:
+        """Run every pending purge of the user, noting in ``report`` whether the bytes left the
+        disk and which earlier deletes it finished. A purge that fails stays pending (its
+        intent too): the user's next delete runs it again, or else the next start."""
+        try:
+            done = self._purge(user_id)
+        except Exception as exc:
+            log.exception("purging deleted records failed; the user's next forget finishes it")
+            with self._write_lock:
+                self._stalled.update(t for t, p in self._purges.items() if p.user_id == user_id)
+            report.purged, report.purge_error = False, f"{type(exc).__name__}: {exc}"
+            return
+        if done is None:  # closed first: the next start purges
+            report.purged = False
+            return
+        with self._write_lock:
+            earlier = [p for p in done if p.token in self._stalled and p.user_id == user_id]
+            self._stalled.difference_update(p.token for p in done)
+        own = set(report.ids)
+        report.finished = list(dict.fromkeys(rid for p in earlier for rid in p.ids if rid not in own))
 
     def _with_derived(self, user_id: str, ids: list[str]) -> list[str]:
         out = list(dict.fromkeys(ids))
@@ -411,14 +471,25 @@ class MemoryStore:
             out.extend(dict.fromkeys(frontier))
         return out
 
-    def _delete_now(self, user_id: str, report: DeleteReport) -> None:
+    def _links(self, user_id: str, ids: list[str]) -> dict[str, dict[str, str]]:
+        """What a delete's intent keeps of its records' links (ids only), for a delete run again
+        once they are out of the log: the turn before each, and what replaced each."""
+        rows = self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}",
+                               ["id", "prev_id", "superseded_by"])  # fmt: skip
+        return {"prev": {r["id"]: r["prev_id"] for r in rows if r["prev_id"]},
+                "replaced_by": {r["id"]: r["superseded_by"] for r in rows if r["superseded_by"]}}  # fmt: skip
+
+    def _delete_now(self, user_id: str, report: DeleteReport, links: dict[str, Any] | None = None) -> None:
+        """Delete ``report.ids`` from the log and every overlay (under the write lock); ``links``
+        (``_links``) stands in for the rows a delete run before already took out of the log."""
         ids = report.ids
         gone = set(ids)
         user = f"user_id = {sql_str(user_id)}"
         successors = [r for r in self.log.records(f"{user} AND {sql_in('prev_id', ids)}") if r.id not in gone]
         deleted = self.log.select(f"{user} AND {sql_in('id', ids)}", ["id", "prev_id", "superseded_by"])
-        prev_of = {row["id"]: row["prev_id"] for row in deleted}
-        replaced_by = {row["id"]: row["superseded_by"] for row in deleted}
+        links = links or {}
+        prev_of = {**links.get("prev", {}), **{row["id"]: row["prev_id"] for row in deleted}}
+        replaced_by = {**links.get("replaced_by", {}), **{row["id"]: row["superseded_by"] for row in deleted}}
         with self._counts_lock:
             for rid in ids:
                 self._accesses.pop(rid, None)
@@ -488,24 +559,24 @@ class MemoryStore:
         self._ledgers.pop(user_id, None)
         self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
 
-    def _purge_later(self, intent: Intent) -> Intent:
+    def _purge_later(self, intent: Intent, ids: list[str] | None = None) -> Intent:
         """Mark a delete done in every store, its purge still to come (under the write lock);
-        returns the purge's intent.
+        returns the purge's intent, which names the records deleted (``ids``, else the delete's).
 
         Replaying the delete itself after a crash could delete what was written after it (a
         user dropped, then remembering again while the purge waited); a crash now replays the
         purge alone."""
-        purge = self.journal.begin(Intent("purge", intent.user_id))
+        purge = self.journal.begin(Intent("purge", intent.user_id, list(intent.ids if ids is None else ids)))
         self._purges[purge.token] = purge
         self.journal.done(intent)
         return purge
 
-    def _purge(self, intent: Intent | None = None) -> bool:
+    def _purge(self, user_id: str | None = None) -> list[Intent] | None:
         """Take the bytes of deleted records off the disk: the user's BM25 index rebuilt
         without them, the log's old copies and versions (``LanceLog.rewrite_deleted``, then
-        ``drop_unreferenced``) and the graph's write-ahead log. Returns False if the store was
-        closed first (the purge's intent then runs it at the next start). Without ``intent``,
-        every pending purge (start-up repair).
+        ``drop_unreferenced``) and the graph's write-ahead log. Returns the purge intents it
+        finished, or None if the store was closed first (the intents then run at the next
+        start). Runs the user's pending purges; without ``user_id``, everyone's (start-up repair).
 
         The deleted records are out of every search already, and most of this runs beside
         writes: the BM25 rebuild (``BM25Index.rebuild``; ~4-5 s at 100k records), then the
@@ -516,28 +587,31 @@ class MemoryStore:
         and a run can take a minute (the vector index at 100k records: ~45 s), so it takes the
         maintenance lock first, then the write lock, in the order ``close`` does. Each purge
         does the work of every purge intent whose user's BM25 index was rebuilt after it
-        began: one whose ``intent`` another purge did has nothing left to do."""
+        began: when another purge did all of the user's, this one has nothing left to do."""
         with self._write_lock:
-            begun = {t: p for t, p in self._purges.items() if intent is None or p.user_id == intent.user_id}
-        for user_id in sorted({p.user_id for p in begun.values()}):
-            self.rebuild_bm25(user_id)
+            begun = {t: p for t, p in self._purges.items() if user_id is None or p.user_id == user_id}
+        if not begun:
+            return []
+        for uid in sorted({p.user_id for p in begun.values()}):
+            self.rebuild_bm25(uid)
         with self._write_lock:
             self._rebuilt.update(begun)
         with self._maintenance_lock:
             with self._write_lock:
                 if self._closed:
-                    return False
-                if intent is not None and intent.token not in self._purges:
-                    return True
+                    return None
+                if not begun.keys() & self._purges.keys():
+                    return []
                 covered = self._rebuilt & self._purges.keys()  # their deletes are all in the log already
             self.log.rewrite_deleted()
             self.graph.checkpoint()
             with self._write_lock:
                 self.log.drop_unreferenced()
-                for token in covered:
-                    self.journal.done(self._purges.pop(token))
+                done = [self._purges.pop(token) for token in covered]
+                for purge in done:
+                    self.journal.done(purge)
                 self._rebuilt -= covered
-            return True
+            return done
 
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret."""
@@ -556,8 +630,12 @@ class MemoryStore:
                 report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
                 self.log.drop_user_salt(user_id)
                 self._forgotten(user_id)
-                purge = self._purge_later(intent)
-        report.purged = self._purge(purge)
+                for token, failed in list(self._unfinished.items()):  # whatever they left, this removed
+                    if failed.user_id == user_id:
+                        del self._unfinished[token]
+                        self._stalled.add(self._purge_later(failed).token)
+                self._purge_later(intent, report.ids)
+        self._purge_user(user_id, report)
         return report
 
     # -- rebuild and repair --------------------------------------------------------------
@@ -651,7 +729,7 @@ class MemoryStore:
                 continue
             with self._write_lock:
                 if intent.op == "delete":
-                    self._delete_now(intent.user_id, DeleteReport(ids=list(intent.ids)))
+                    self._delete_now(intent.user_id, DeleteReport(ids=list(intent.ids)), intent.extra)
                     self._purge_later(intent)
                 elif intent.op == "add":
                     self._repair_add(intent)

@@ -130,10 +130,27 @@ class ForgetReceipt(BaseModel):
 
     user_id: str
     scope: str = Field(description="ids, session, project or user.")
-    ids: list[str] = Field(default_factory=list, description="Ids of the records removed (first 1000).")
-    removed: int = 0
+    ids: list[str] = Field(
+        default_factory=list, description="Ids of the records this call removed (first 1000)."
+    )
+    removed: int = Field(0, description="How many records this call removed.")
     deleted: dict[str, int] = Field(default_factory=dict, description="Records or rows removed per store.")
-    purged: bool = Field(False, description="True when old versions, segments and pages were cleaned up.")
+    finished_ids: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Ids of records an earlier forget of this user removed without finishing (it failed, e.g. "
+            "with purge_incomplete), which this call finished removing and purging (first 1000). Any "
+            "forget of the user finishes them, even one that finds nothing left to delete."
+        ),
+    )
+    purged: bool = Field(
+        False,
+        description=(
+            "True when the bytes of every record in ids and finished_ids have left the disk (old log "
+            "versions, index segments, graph pages). False only when the server was shutting down; it "
+            "purges them at its next start. A purge that fails is an error (purge_incomplete), not a receipt."
+        ),
+    )
     duration_ms: float = 0.0
 
 

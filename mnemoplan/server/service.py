@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, PurgeIncomplete, TooLarge
 from mnemoplan.indexes.embedder import Embedder
 from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.indexes.lance_log import sql_in, sql_str
@@ -315,9 +315,15 @@ class MemoryService:
     ) -> ForgetReceipt:
         """Delete by id or by scope, from every store, and purge the bytes.
 
+        Every call first finishes what an earlier forget of the user left unfinished (it
+        failed after deleting, so those records are out of the log already): its receipt
+        lists them in ``finished_ids``, and their ids are not unknown to it.
+
         Raises:
             InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
             NotFound: an id that is not one of this user's memories (nothing is deleted).
+            PurgeIncomplete: the records were deleted, but their bytes could not be purged yet;
+                any later forget of the user (the same call, say) finishes the purge.
         """
         started = time.perf_counter()
         user = self._user(user_id)
@@ -332,7 +338,8 @@ class MemoryService:
             wanted = check_record_ids(ids)
             found = {r["id"] for r in self.store.log.select(
                 f"user_id = {sql_str(user)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
-            unknown = [rid for rid in wanted if rid not in found]
+            unfinished = self.store.unfinished_ids(user)
+            unknown = [rid for rid in wanted if rid not in found and rid not in unfinished]
             if unknown:
                 raise NotFound(
                     f"{len(unknown)} id(s) are not memories of user {user!r} (never stored, or forgotten "
@@ -340,7 +347,7 @@ class MemoryService:
                     hint="Nothing was deleted. Check the ids and the user_id; a forget that succeeded "
                     "needs no retry.",
                 )
-            report = self.store.delete(user, wanted)
+            report = self.store.delete(user, [rid for rid in wanted if rid in found])
             label = "ids"
         elif scope == "user":
             report = self.store.drop_user(user)
@@ -353,17 +360,26 @@ class MemoryService:
             label = scope
         else:
             raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
+        gone = None if label == "user" else {*report.ids, *report.finished}
         if self.search_log is not None:
-            forgotten = self.search_log.forget(user, None if label == "user" else set(report.ids))
-            report.per_store["search_log"] = forgotten
+            report.per_store["search_log"] = self.search_log.forget(user, gone)
         if self.extraction is not None:
-            self.extraction.forget(user, None if label == "user" else set(report.ids))
+            self.extraction.forget(user, gone)
+        if report.purge_error:
+            here = f" ({len(report.ids)} removed by this call)" if report.ids else ""
+            raise PurgeIncomplete(
+                f"The records are deleted and out of every search{here}, but purging their bytes from the "
+                "disk failed; the details are in the server log.",
+                hint="Call forget again (the same call will do, though the records are gone): it finishes "
+                "the purge, and its receipt lists them in finished_ids.",
+            )
         return ForgetReceipt(
             user_id=user,
             scope=label,
             ids=report.ids[:1000],
             removed=len(report.ids),
             deleted=report.per_store,
+            finished_ids=report.finished[:1000],
             purged=report.purged,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
