@@ -163,6 +163,7 @@ def deep_config(settings: Settings) -> DeepConfig:
         recency_weight=settings.deep_recency_weight,
         recency_half_life_days=settings.deep_recency_half_life_days,
         rerank_deadline_s=settings.deep_rerank_deadline_s,
+        deadline_s=settings.deep_deadline_s,
     )
 
 
