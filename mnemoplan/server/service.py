@@ -6,6 +6,7 @@ exercise the same code paths.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -13,9 +14,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
-from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
 from mnemoplan.indexes.embedder import Embedder
 from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.indexes.lance_log import sql_in, sql_str
@@ -41,6 +42,29 @@ from mnemoplan.planner.recall import RecallPipeline, Scope
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """A service method whose storage failures that the caller can act on (a full disk, a data
+    directory that cannot be written) raise their ``MnemoError`` (see ``errors.storage_failure``)
+    instead of the storage library's own exception, which reached callers as an internal error."""
+
+    def wrap(method: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:
+                failure = storage_failure(exc, doing)
+                if failure is None:
+                    raise
+                log.warning("%s failed: %s", doing, failure.message, exc_info=True)
+                raise failure from exc
+
+        return call
+
+    return wrap
 
 
 def _json_chars(value: Any) -> int:
@@ -154,6 +178,7 @@ class MemoryService:
 
     # -- tools ---------------------------------------------------------------------------
 
+    @storage_errors("remember")
     def remember(
         self,
         *,
@@ -176,6 +201,8 @@ class MemoryService:
         Raises:
             InvalidInput: neither or both of content and messages; bad text or ids.
             TooLarge: text or batch over the limits.
+            ReadOnlyData: the data directory cannot be written.
+            OutOfSpace: its disk is full.
         """
         user = self._user(user_id)
         session = check_scope(session_id, what="session_id")
@@ -227,6 +254,7 @@ class MemoryService:
             warnings=result.warnings,
         )
 
+    @storage_errors("recall")
     def recall(
         self,
         query: str,
@@ -259,6 +287,7 @@ class MemoryService:
         return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
             query, scope, limit=limit, reference_time=reference_time, options=options, history=history))  # fmt: skip
 
+    @storage_errors("deep_memory_search")
     def deep_search(
         self,
         query: str,
@@ -292,6 +321,7 @@ class MemoryService:
         return self._logged("deep", user, query, lambda: self.deep.run(
             query, scope, max_results=max_results, plan=plan, reference_time=reference_time))  # fmt: skip
 
+    @storage_errors("search")
     def single_index_search(
         self, index: str, query: str, *, user_id: str | None = None, params: dict[str, Any] | None = None
     ) -> list[MemoryItem]:
@@ -304,6 +334,7 @@ class MemoryService:
         query = self._query(query)
         return self.recall_pipeline.single_index(index, query, Scope(user), params or {})
 
+    @storage_errors("forget")
     def forget(
         self,
         *,
@@ -318,6 +349,8 @@ class MemoryService:
         Raises:
             InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
             NotFound: an id that is not one of this user's memories (nothing is deleted).
+            ReadOnlyData: the data directory cannot be written.
+            OutOfSpace: its disk is full.
         """
         started = time.perf_counter()
         user = self._user(user_id)
@@ -368,6 +401,7 @@ class MemoryService:
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
+    @storage_errors("explain_plan")
     def explain_plan(self, query: str, *, user_id: str | None = None) -> ExplainPlanResult:
         """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
         user = self._reader(user_id)
