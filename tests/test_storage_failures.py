@@ -1,16 +1,19 @@
 """Storage failures a caller can act on: a full disk, a data directory that cannot be written.
-Each is a tool error with a code and a hint of its own, reads go on, and writes resume without a
-restart once they can be made.
+Each is a tool error with a code and a hint of its own, reads go on, what a forget did is said as
+it is, and writes resume without a restart once they can be made.
 
 A real full disk needs a small filesystem of its own, which takes root to mount: that test is
-skipped without it.
+skipped without it, and a process's file-size limit (which the kernel enforces for anyone)
+plays the full disk in the one that runs unprivileged.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +25,8 @@ from mnemoplan.errors import OutOfSpace, ReadOnlyData, storage_failure
 from mnemoplan.indexes.graph import GraphError
 from tests.conftest import run_with_client
 from tests.test_mcp_stdio import call, error_text, texts
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -61,6 +66,67 @@ def test_storage_failures_are_told_apart_in_every_form_they_take(
         return
     assert isinstance(failure, expected) and failure.retryable and "(remember)" in failure.message
     assert "MNEMOPLAN_DATA_DIR" in failure.hint and "without a restart" in failure.hint
+
+
+# A file-size limit makes writes of big files fail with EFBIG, as a full disk fails them with ENOSPC,
+# while small ones (a journal intent, a deletion file) go through: a purge, which writes the log's
+# fragments anew, fails after the forget it follows deleted the records. Run in a process of its own.
+FILE_SIZE_LIMIT = """
+import json, resource, signal, sys
+from pathlib import Path
+from mnemoplan.errors import MnemoError
+from mnemoplan.model import MessageIn
+from tests.conftest import make_service
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing us
+svc = make_service(Path(sys.argv[1]))
+def turns(tag):
+    return [MessageIn(content=f"{tag} {i} " + "lorem ipsum dolor " * 30, speaker="Ann") for i in range(40)]
+
+ids = svc.remember(messages=turns("first"), user_id="u", session_id="s").ids
+svc.store.wait_for_writes("u")
+out = {}
+
+def outcome(name, fn):
+    try:
+        out[name] = fn().model_dump(mode="json")
+    except MnemoError as exc:
+        out[name] = {"error": exc.code, "text": exc.to_text()}
+    except Exception as exc:
+        out[name] = {"error": "internal", "text": repr(exc)}
+
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+outcome("remember", lambda: svc.remember(messages=turns("second"), user_id="u", session_id="s"))
+outcome("recall", lambda: svc.recall("lorem first", user_id="u"))
+outcome("forget", lambda: svc.forget(ids=ids[:1], user_id="u"))
+out["in_log"] = bool(svc.store.log.get("u", ids[:1]))
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # room again
+outcome("remember_again", lambda: svc.remember(messages=turns("third"), user_id="u", session_id="s"))
+outcome("forget_again", lambda: svc.forget(ids=ids[1:2], user_id="u"))
+out["purges_left"] = [i.op for i in svc.store.journal.pending() if i.op == "purge"]
+svc.close()
+print(json.dumps(out))
+"""
+
+
+def test_out_of_room_a_write_says_so_a_forget_says_what_it_did_and_both_work_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    run = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, str(tmp_path / "data")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["remember"]["error"] == "out_of_space", out["remember"]
+    assert "Free space" in out["remember"]["text"] and "(retryable)" in out["remember"]["text"]
+    assert out["recall"]["items"]  # reads go on
+    # The forget deleted the record (out of the log and every search); only its purge failed.
+    forget = out["forget"]
+    assert forget.get("removed") == 1 and forget["purged"] is False and not out["in_log"], forget
+    assert "deleted" in forget["warnings"][0] and "still on the disk" in forget["warnings"][0]
+    assert len(out["remember_again"]["ids"]) == 40
+    # The next forget of the user purges what the failed purge left, too.
+    assert out["forget_again"]["purged"] is True and out["purges_left"] == []
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mnemoplan.errors import DataDirLocked
+from mnemoplan.errors import DataDirLocked, storage_failure
 from mnemoplan.extract.summary import forget_cached
 from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
 from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
@@ -49,7 +49,10 @@ class DeleteReport:
     ids: list[str] = field(default_factory=list)
     per_store: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
-    purged: bool = True  # False: the store closed before the bytes left the disk (done at next start)
+    # False: the bytes are still on the disk, to be purged later (the store closed first, or the
+    # purge failed: at the next forget of the user, or the next start); ``warnings`` says which.
+    purged: bool = True
+    warnings: list[str] = field(default_factory=list)
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -399,8 +402,27 @@ class MemoryStore:
                 intent = self.journal.begin(Intent("delete", user_id, report.ids))
                 self._delete_now(user_id, report)
                 purge = self._purge_later(intent)
-        report.purged = self._purge(purge)  # the records are out of every store: writes may go on
+        self._purge_reported(purge, report)  # the records are out of every store: writes may go on
         return report
+
+    def _purge_reported(self, intent: Intent, report: DeleteReport) -> None:
+        """Purge after a delete, and say in ``report`` what happened: the records are deleted
+        already, so a purge that fails (a full disk: it writes new copies before it drops the
+        old ones) is no failure of the delete. Its intent stays; the next purge of the user
+        (a forget) or the next start does it."""
+        try:
+            report.purged = self._purge(intent)
+        except Exception as exc:
+            log.warning("a purge failed; it is done again at the next forget of the user or start",
+                        exc_info=True)  # fmt: skip
+            failure = storage_failure(exc)
+            why = failure.message.rstrip(".") if failure else f"{type(exc).__name__}, see the server log"
+            report.purged = False
+            report.warnings.append(
+                f"The memories are deleted and out of every search, but their bytes are still on the disk: "
+                f"the purge failed ({why}). It is done again at the next forget of this user's memories "
+                "or the next start."
+            )
 
     def _with_derived(self, user_id: str, ids: list[str]) -> list[str]:
         out = list(dict.fromkeys(ids))
@@ -557,7 +579,7 @@ class MemoryStore:
                 self.log.drop_user_salt(user_id)
                 self._forgotten(user_id)
                 purge = self._purge_later(intent)
-        report.purged = self._purge(purge)
+        self._purge_reported(purge, report)
         return report
 
     # -- rebuild and repair --------------------------------------------------------------

@@ -134,6 +134,8 @@ class ForgetReceipt(BaseModel):
     removed: int = 0
     deleted: dict[str, int] = Field(default_factory=dict, description="Records or rows removed per store.")
     purged: bool = Field(False, description="True when old versions, segments and pages were cleaned up.")
+    warnings: list[str] = Field(default_factory=list, description="What did not go as it should, e.g. a "
+                                "purge left for later.")  # fmt: skip
     duration_ms: float = 0.0
 
 

@@ -350,7 +350,8 @@ class MemoryService:
             InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
             NotFound: an id that is not one of this user's memories (nothing is deleted).
             ReadOnlyData: the data directory cannot be written.
-            OutOfSpace: its disk is full.
+            OutOfSpace: its disk is full. Once the records are deleted, a purge that fails for
+                it is no error: the receipt says ``purged`` False, and why, in ``warnings``.
         """
         started = time.perf_counter()
         user = self._user(user_id)
@@ -386,11 +387,21 @@ class MemoryService:
             label = scope
         else:
             raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
+        # The records are deleted: what follows is bookkeeping, whose failure (a full disk) the
+        # receipt reports rather than turning the whole forget into an error.
+        gone = None if label == "user" else set(report.ids)
         if self.search_log is not None:
-            forgotten = self.search_log.forget(user, None if label == "user" else set(report.ids))
-            report.per_store["search_log"] = forgotten
+            try:
+                report.per_store["search_log"] = self.search_log.forget(user, gone)
+            except OSError as exc:
+                log.warning("the search log could not be rewritten after a forget", exc_info=True)
+                report.warnings.append(f"The search log could not be rewritten ({exc.strerror or exc}): "
+                                       "it still lists the searches that returned them.")  # fmt: skip
         if self.extraction is not None:
-            self.extraction.forget(user, None if label == "user" else set(report.ids))
+            try:
+                self.extraction.forget(user, gone)
+            except OSError:  # only its state file: it is up to date in memory, and stale ids are skipped
+                log.warning("the LLM extraction's state could not be saved after a forget", exc_info=True)
         return ForgetReceipt(
             user_id=user,
             scope=label,
@@ -398,6 +409,7 @@ class MemoryService:
             removed=len(report.ids),
             deleted=report.per_store,
             purged=report.purged,
+            warnings=report.warnings,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
