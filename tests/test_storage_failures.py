@@ -1,6 +1,6 @@
-"""Storage failures a caller can act on: a full disk, a data directory that cannot be written.
-Each is a tool error with a code and a hint of its own, reads go on, what a forget did is said as
-it is, and writes resume without a restart once they can be made.
+"""Storage failures a caller can act on: a full disk, a data directory that cannot be written, a
+start-up that failed. Each is a tool error with a code and a hint of its own, reads go on, what a
+forget did is said as it is, and the server recovers without a restart once writes can be made.
 
 A real full disk needs a small filesystem of its own, which takes root to mount: that test is
 skipped without it, and a process's file-size limit (which the kernel enforces for anyone)
@@ -10,11 +10,12 @@ plays the full disk in the one that runs unprivileged.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ import pytest
 
 from mnemoplan.errors import OutOfSpace, ReadOnlyData, storage_failure
 from mnemoplan.indexes.graph import GraphError
-from tests.conftest import run_with_client
+from mnemoplan.model import MessageIn
+from tests.conftest import make_service, run_with_client
 from tests.test_mcp_stdio import call, error_text, texts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,3 +179,69 @@ def test_a_full_disk_is_out_of_space_reads_go_on_and_writes_resume_once_there_is
             assert "The boat needs new sails" in found
 
         run_with_client(disk / "data", scenario)
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[Callable[[], None]]:
+    """Make ``path`` read-only for this process and its children (a read-only bind mount as root,
+    whom permissions do not stop; permissions otherwise); yields what makes it writable again."""
+    if os.geteuid() == 0:
+        bound = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, check=False)
+        if bound.returncode:
+            pytest.skip("a bind mount cannot be made here")
+        try:
+            subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
+            yield lambda: subprocess.run(["mount", "-o", "remount,rw,bind", str(path)], check=True)
+        finally:
+            subprocess.run(["umount", "--lazy", str(path)], check=False)
+        return
+
+    def chmod(writable: bool) -> None:
+        for entry in [path, *path.rglob("*")]:
+            mode = entry.stat().st_mode
+            entry.chmod(mode | 0o200 if writable else mode & ~0o222)
+
+    chmod(False)
+    try:
+        yield lambda: chmod(True)
+    finally:
+        chmod(True)
+
+
+def test_a_read_only_data_directory_serves_reads_and_takes_writes_once_writable(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    svc.remember(messages=[MessageIn(content="I keep bees on the roof", speaker="Ann")], user_id="u",
+                 session_id="s")  # fmt: skip
+    svc.close()
+    with read_only(data) as make_writable:
+
+        async def scenario(client: Any) -> None:
+            assert "I keep bees on the roof" in texts(await call(client, "recall", query="bees", user_id="u"))
+            deep = await call(client, "deep_memory_search", query="bees on the roof", user_id="u")
+            assert "I keep bees on the roof" in [item["text"] for item in deep["items"]]
+            refused = await error_text(client, "remember", content="The bees swarmed today", user_id="u")
+            assert "[read_only]" in refused and "writable" in refused, refused
+            assert "[read_only]" in await error_text(client, "forget", scope="user", user_id="u")
+            make_writable()  # no restart: the next write finds out
+            await call(client, "remember", content="The bees swarmed today", user_id="u")
+            found = texts(await call(client, "recall", query="swarmed", user_id="u"))
+            assert "The bees swarmed today" in found
+
+        run_with_client(data, scenario)
+
+
+def test_a_start_up_that_failed_is_tried_again_by_the_next_call(tmp_path: Path) -> None:
+    """It used to answer every call with the first failure until the server was restarted."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with (data / "LOCK").open("a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another process holds the data directory
+
+        async def scenario(client: Any) -> None:
+            assert "[data_dir_locked]" in await error_text(client, "recall", query="anything", user_id="u")
+            fcntl.flock(other, fcntl.LOCK_UN)  # the other process is done
+            await call(client, "remember", content="I moved to Porto", user_id="u")
+            assert texts(await call(client, "recall", query="Porto", user_id="u")) == ["I moved to Porto"]
+
+        run_with_client(data, scenario)

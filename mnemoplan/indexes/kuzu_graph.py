@@ -41,17 +41,22 @@ class KuzuGraph:
         path: File of the Kùzu database.
         buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
         unwind_max_records: Graph size up to which edges are written in one statement (see ``_each``).
+        read_only: Open the database to read only (its schema is then taken as it is).
     """
 
-    def __init__(self, path: Path, *, buffer_pool_mb: int, unwind_max_records: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024)
+    def __init__(
+        self, path: Path, *, buffer_pool_mb: int, unwind_max_records: int, read_only: bool = False
+    ) -> None:
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = kuzu.Database(str(path), buffer_pool_size=buffer_pool_mb * 1024 * 1024,
+                                 read_only=read_only)  # fmt: skip
         self._conn = kuzu.Connection(self._db)
         # Our queries are small; one thread each keeps Kùzu from competing with the
         # embedding and the other signals of the same recall for the two cores.
         self._conn.set_max_threads_for_exec(1)
         self._unwind_max = unwind_max_records
-        for statement in _SCHEMA:
+        for statement in _SCHEMA if not read_only else ():
             self._conn.execute(statement)
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
@@ -286,7 +291,7 @@ class KuzuGraph:
         return out
 
 
-def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
+def serve(path: str, buffer_pool_mb: int, unwind_max_records: int, read_only: bool = False) -> None:
     """The child's loop (see ``graph._CHILD``): answer ``(method, args, kwargs)`` requests from stdin
     on stdout until told to close.
 
@@ -297,7 +302,8 @@ def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
     os.dup2(2, 1)  # anything printed by a library goes to stderr, not into the replies
     requests = sys.stdin.buffer
     try:
-        graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records)
+        graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records,
+                          read_only=read_only)  # fmt: skip
     except Exception as exc:
         send(replies, failed(exc))
         return

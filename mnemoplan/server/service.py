@@ -22,7 +22,7 @@ from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.indexes.lance_log import sql_in, sql_str
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.indexes.search_log import SearchLog
-from mnemoplan.indexes.store import MemoryStore
+from mnemoplan.indexes.store import MemoryStore, can_write
 from mnemoplan.model import (
     ExplainPlanResult,
     ForgetReceipt,
@@ -125,6 +125,15 @@ class MemoryService:
                                  embed_with_tokens=getattr(embedder, "embed_with_tokens", None))  # fmt: skip
         self.search_log = search_log
 
+    @property
+    def read_only(self) -> bool:
+        """True when the data directory could not be written when the store opened: reads only."""
+        return self.store.read_only
+
+    def writable_now(self) -> bool:
+        """Whether the data directory can be written now (a read-only service is then opened anew)."""
+        return can_write(self.store.data_dir)
+
     # -- argument checks -----------------------------------------------------------------
 
     def _logged(self, tool: str, user: str, query: str, search: Callable[[], T]) -> T:
@@ -204,6 +213,7 @@ class MemoryService:
             ReadOnlyData: the data directory cannot be written.
             OutOfSpace: its disk is full.
         """
+        self.store.check_writable()
         user = self._user(user_id)
         session = check_scope(session_id, what="session_id")
         project = check_scope(project_id, what="project_id")
@@ -349,11 +359,12 @@ class MemoryService:
         Raises:
             InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
             NotFound: an id that is not one of this user's memories (nothing is deleted).
-            ReadOnlyData: the data directory cannot be written.
+            ReadOnlyData: the data directory cannot be written (nothing is deleted).
             OutOfSpace: its disk is full. Once the records are deleted, a purge that fails for
                 it is no error: the receipt says ``purged`` False, and why, in ``warnings``.
         """
         started = time.perf_counter()
+        self.store.check_writable()
         user = self._user(user_id)
         if bool(ids) == bool(scope):
             raise InvalidInput(
