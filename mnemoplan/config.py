@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     deep_recency_weight: float = Field(0.10, ge=0.0, description="Weight of the recency prior in deep search.")
     deep_recency_half_life_days: float = Field(90.0, gt=0)
     deep_rerank_deadline_s: float = Field(8.0, gt=0, description="Past this, deep search keeps its own order.")
+    deep_deadline_s: float = Field(
+        15.0, gt=0, description="Time one deep search may take, LLM calls included: each LLM call waits at "
+        "most what is left, and past it the search answers with what it has (no LLM step, no new round).",
+    )  # fmt: skip
     deep_token_rerank: float = Field(
         0.35, ge=0.0,
         description="Weight of deep search's token-level re-scoring with the embedding model, used when "

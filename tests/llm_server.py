@@ -39,6 +39,9 @@ class Reply:
         delay_s: Seconds to wait before answering, to make the client time out.
         stop_reason: ``stop_reason`` of a successful reply.
         headers: Extra response headers, e.g. ``{"retry-after": "0"}``.
+        body: Raw bytes sent instead of a Messages API body (with ``content_type``), to play an
+            endpoint that answers with something else: a proxy's HTML page, a truncated body.
+        content_type: The ``Content-Type`` of ``body``.
     """
 
     text: str = ""
@@ -50,6 +53,8 @@ class Reply:
     delay_s: float = 0.0
     stop_reason: str = "end_turn"
     headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+    content_type: str = "application/json"
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -95,16 +100,20 @@ class _MessagesHandler(BaseHTTPRequestHandler):
             return
         if reply.delay_s > 0 and owner._stopping.wait(reply.delay_s):
             return  # shutting down: do not answer a client that has long given up
+        if reply.body is not None:
+            self._send(reply.status, reply.body, reply.headers, reply.content_type)
+            return
         if reply.status != 200:
             self._send(reply.status, _error_body(reply.error_type, reply.message), reply.headers)
             return
         self._send(200, _message_body(body, reply), reply.headers)
 
-    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
-        data = json.dumps(payload).encode("utf-8")
+    def _send(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str],
+              content_type: str = "application/json") -> None:  # fmt: skip
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
             for name, value in headers.items():

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mnemoplan.bench.datasets import normalise_locomo_evidence
 from mnemoplan.bench.metrics import question_metrics
 from mnemoplan.bench.datasets import Question
@@ -67,6 +69,25 @@ def test_bench_writes_every_output_and_rescores_exactly(tmp_path: Path) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert rescored.returncode == 0, rescored.stdout + rescored.stderr
+
+
+def test_bench_without_the_plotting_library_writes_everything_else_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plots need the bench extra (matplotlib); a run without it must not throw the run away."""
+    for name in ("matplotlib", "matplotlib.pyplot"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: importing it fails
+    messages, questions = write_dataset(tmp_path)
+    out = tmp_path / "out"
+    code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "bm25",
+                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "0"])  # fmt: skip
+    assert code == 0
+    for name in ("report.md", "metrics.json", "rankings-bm25.jsonl"):
+        assert (out / name).stat().st_size > 0
+    assert not list(out.glob("*.png"))
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if "matplotlib" in line)
+    assert "mnemoplan[bench]" in warning and err.index(warning) < err.index("ingest")  # said before the work
 
 
 def test_locomo_evidence_quirks_are_normalised() -> None:

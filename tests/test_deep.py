@@ -273,20 +273,56 @@ def test_llm_plan_is_used_and_cost_comes_from_reported_usage(tmp_path: Path, llm
     [
         ([Reply("no json here"), Reply("still { not json")], "malformed"),
         ([Reply(status=500), Reply(status=500)], "500"),
-        ([Reply(plan_reply().text, delay_s=3.0)], "timed out"),
+        ([Reply(plan_reply().text, delay_s=600)], "timed out"),  # answered only when the server stops
     ],
 )
 def test_llm_planner_failures_fall_back_to_the_rules_and_say_so(
     tmp_path: Path, llm: Any, failure: list[Reply], reason: str
 ) -> None:
     server, roles = llm
-    with llm_service(tmp_path, server, llm_timeout_s=0.5) as service:
+    # Long enough for any answer that does come, on a busy machine too.
+    with llm_service(tmp_path, server, llm_timeout_s=3.0) as service:
         roles.queues["plan"].extend(failure)
         result = service.deep_search("pottery studio", user_id="u")
         assert result.plans[0].source == "deterministic"
         warning = next(w for w in result.warnings if "planner fell back" in w)
         assert reason in warning.lower()
         assert result.items  # the search itself still worked
+
+
+@pytest.mark.parametrize("caller_plan", [False, True], ids=["planned", "caller plan"])
+def test_an_endpoint_answering_anything_but_messages_degrades_every_llm_step(
+    tmp_path: Path, caller_plan: bool
+) -> None:
+    """An endpoint that answers 200 with a page that is not JSON: every LLM step falls back, with a
+    warning, and the search answers from the rules (it was an internal error on every call)."""
+    page = Reply(body=b"<html><body>Service temporarily unavailable</body></html>", content_type="text/html")
+    with LoopbackMessagesServer(responder=lambda _: page) as server, llm_service(tmp_path, server) as service:
+        plan = service.explain_plan("pottery studio", user_id="u").deep_plan if caller_plan else None
+        result = service.deep_search("pottery studio", user_id="u", plan=plan)
+        assert "I started pottery classes at the Riverside studio last week" in [i.text for i in result.items]
+        assert server.requests and result.warnings
+        roles = {"plan": "planner fell back", "evaluate": "evaluator fell back", "rerank": "rerank batch"}
+        for role in {Roles.role(r) for r in server.requests} - {"expand"}:
+            assert any(roles[role] in w and "not a Messages API reply" in w for w in result.warnings), role
+        if not caller_plan:
+            assert any("expansion skipped" in w for w in result.warnings)
+
+
+def test_one_deadline_bounds_deep_search_llm_waits_included(tmp_path: Path) -> None:
+    """An endpoint that never answers: each LLM step used to wait its own timeout (68 s at the
+    defaults). Now every request waits at most what is left of the search's deadline, and once
+    it has passed no LLM is asked; the search answers from the rules and says why."""
+    hang = Reply(text="{}", delay_s=600)  # answered only when the server stops
+    with LoopbackMessagesServer(responder=lambda _: hang) as server, \
+            llm_service(tmp_path, server, llm_timeout_s=5.0, deep_deadline_s=1.0) as service:  # fmt: skip
+        result = service.deep_search("pottery studio", user_id="u")
+        timeouts = [float({k.lower(): v for k, v in h.items()}["x-stainless-read-timeout"])
+                    for h in server.request_headers]  # fmt: skip
+    assert timeouts and all(t <= 1.0 for t in timeouts)  # the SDK sends each request's timeout along
+    assert "I started pottery classes at the Riverside studio last week" in [i.text for i in result.items]
+    assert any("planner fell back" in w and "timed out" in w for w in result.warnings)
+    assert any("deadline of 1 s reached" in w and "MNEMOPLAN_DEEP_DEADLINE_S" in w for w in result.warnings)
 
 
 def test_insufficient_then_replanned_then_sufficient_in_round_two(tmp_path: Path, llm: Any) -> None:

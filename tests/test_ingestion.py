@@ -201,12 +201,18 @@ def test_the_entity_graph_is_per_user(service: MemoryService) -> None:
     assert "bartholomew" not in service.store.catalog("b").entities
 
 
-def extraction_service(tmp_path: Path, server: LoopbackMessagesServer) -> MemoryService:
+def extraction_service(
+    tmp_path: Path, server: LoopbackMessagesServer, llm_timeout_s: float = 60.0
+) -> MemoryService:
+    """A service whose LLM is the loopback server. The LLM timeout is generous: a reply the test
+    scripts must never time out because the machine is busy (or a responder does real work, such
+    as a forget); a test of the timeout itself scripts a reply that never comes."""
     return make_service(tmp_path / "data", ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=server.url,
-                        llm_timeout_s=0.5, llm_extraction_every=2)  # fmt: skip
+                        llm_timeout_s=llm_timeout_s, llm_extraction_every=2)  # fmt: skip
 
 
-def wait_until(condition: Any, timeout: float = 10.0) -> None:
+def wait_until(condition: Any, timeout: float = 120.0) -> None:
+    """Wait for background work to reach ``condition``; the bound only ends a test that hangs."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
@@ -218,9 +224,10 @@ def test_llm_extraction_failures_lose_nothing_and_are_retried(tmp_path: Path) ->
                        "predicate": "plays", "object": "the cello", "entities": ["Ivo"], "confidence": 0.9,
                        "sources": [1]}]}  # fmt: skip
     with LoopbackMessagesServer() as server:
-        # Garbage (and garbage again after the client's repair request), then a timeout, then a good reply.
-        server.script(Reply("lol no"), Reply("still no"), Reply("{}", delay_s=2.0), Reply(json.dumps(good)))
-        svc = extraction_service(tmp_path, server)
+        # Garbage (and garbage again after the client's repair request), then a reply that never comes
+        # (answered only when the server stops), then a good reply.
+        server.script(Reply("lol no"), Reply("still no"), Reply("{}", delay_s=600), Reply(json.dumps(good)))
+        svc = extraction_service(tmp_path, server, llm_timeout_s=3.0)
         try:
             msgs = [MessageIn(content="Rehearsal went long tonight", speaker="Ivo"),
                     MessageIn(content="The quartet needs me on cello again", speaker="Ivo")]  # fmt: skip

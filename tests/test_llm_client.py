@@ -38,6 +38,11 @@ def make_client(llm_server: Server) -> Iterator[MakeClient]:
         client.close()
 
 
+def request_timeout(headers: dict[str, str]) -> float:
+    """The timeout the SDK gave a request (it sends it along, in seconds)."""
+    return float({k.lower(): v for k, v in headers.items()}["x-stainless-read-timeout"])
+
+
 def ask(client: LLMClient, prompt: str = "Give me JSON.", **kwargs: Any) -> LLMReply:
     return client.complete_json(system="Answer with JSON only.", prompt=prompt, **kwargs)
 
@@ -157,6 +162,44 @@ def test_truncated_reply_is_named_as_such(llm_server: Server, make_client: MakeC
         ask(make_client(), max_tokens=8)
 
 
+@pytest.mark.parametrize(
+    ("answer", "cause"),
+    [
+        (Reply(body=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html"),
+         "not a Messages"),
+        (Reply(body=b'{"type": "message", "content": [{"type": "te'), "not JSON"),
+        (Reply(body=b'{"status": "ok"}'), "not a Messages"),
+        (Reply(body=b'{"type": "message", "content": "hi", "usage": {}}'), "not a Messages"),
+    ],
+    ids=["html page", "cut json", "other json", "content not a list"],
+)
+def test_an_answer_that_is_not_a_messages_reply_is_an_llm_error(
+    llm_server: Server, make_client: MakeClient, answer: Reply, cause: str
+) -> None:
+    """A proxy or gateway in front of the API may answer 200 with anything: the caller gets the
+    LLMError it falls back on, never the SDK's parsing failure (which crashed deep search)."""
+    llm_server.script(answer)
+    client = make_client()
+    with pytest.raises(LLMError) as info:
+        ask(client, purpose="plan")
+    assert cause in info.value.message and "plan" in info.value.message
+    assert "base URL" in info.value.hint
+    assert len(llm_server.requests) == 1 and client.usage.failures == 1
+
+
+def test_no_request_outlives_the_callers_deadline(llm_server: Server, make_client: MakeClient) -> None:
+    """Each request waits at most what is left of the caller's deadline (the SDK sends its timeout
+    along), and a call whose deadline has passed sends nothing."""
+    llm_server.script(Reply(text="no JSON"), Reply(text='{"ok": true}'))
+    client = make_client(timeout_s=30.0)
+    assert ask(client, deadline=time.monotonic() + 20.0).data == {"ok": True}  # the repair's budget too
+    timeouts = [request_timeout(h) for h in llm_server.request_headers]
+    assert len(timeouts) == 2 and all(t <= 20.0 for t in timeouts)
+    with pytest.raises(LLMError, match="deadline") as info:
+        ask(client, deadline=time.monotonic() - 1.0)
+    assert info.value.hint and len(llm_server.requests) == 2
+
+
 def test_http_500_then_success_is_retried(llm_server: Server, make_client: MakeClient) -> None:
     llm_server.script(Reply(status=500), Reply(text='{"ok": true}'))
     reply = ask(make_client(max_retries=1))
@@ -192,16 +235,13 @@ def test_client_errors_are_not_retried(llm_server: Server, make_client: MakeClie
     assert len(llm_server.requests) == 1
 
 
-def test_timeout_is_not_retried_and_returns_promptly(llm_server: Server, make_client: MakeClient) -> None:
-    llm_server.script(Reply(delay_s=5.0, text='{"late": true}'), Reply(text='{"never": "sent"}'))
+def test_timeout_is_not_retried(llm_server: Server, make_client: MakeClient) -> None:
+    llm_server.script(Reply(delay_s=600, text='{"late": true}'), Reply(text='{"never": "sent"}'))
     client = make_client(timeout_s=0.5, max_retries=3)
-    started = time.monotonic()
     with pytest.raises(LLMError) as info:
         ask(client)
-    elapsed = time.monotonic() - started
     assert "timeout" in info.value.message
-    assert elapsed < 2.5  # one 0.5 s timeout, no retry; far below the 10 s of delay * 2
-    assert len(llm_server.requests) == 1
+    assert len(llm_server.requests) == 1  # one timeout, no retry
 
 
 def test_connection_error_is_retried_then_reported() -> None:
@@ -219,8 +259,9 @@ def test_api_key_never_appears_in_errors_or_logs(
 ) -> None:
     # A misbehaving proxy that echoes the Authorization header into its error body.
     echo = Reply(status=401, error_type="authentication_error", message=f"bad key Bearer {API_KEY}")
-    llm_server.script(echo, Reply(text="nope"), Reply(text="nope"), Reply(status=503), Reply(delay_s=2))
-    client = make_client(max_retries=0, timeout_s=0.3)
+    # The last never answers (until the server stops); the others must not time out on a busy machine.
+    llm_server.script(echo, Reply(text="nope"), Reply(text="nope"), Reply(status=503), Reply(delay_s=600))
+    client = make_client(max_retries=0, timeout_s=2.0)
     errors = []
     with caplog.at_level(logging.DEBUG, logger="mnemoplan"):
         for _ in range(4):

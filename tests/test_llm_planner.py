@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -182,13 +181,11 @@ def test_still_invalid_after_repair_falls_back_with_the_reason(
     assert len(llm_server.requests) == 2
 
 
-def test_timeout_falls_back_promptly(llm_server: Server, registry: IndexRegistry) -> None:
-    llm_server.script(Reply(text=GOOD, delay_s=3.0))
+def test_timeout_falls_back_without_a_retry(llm_server: Server, registry: IndexRegistry) -> None:
+    llm_server.script(Reply(text=GOOD, delay_s=600))  # answered only when the server stops
     slow = LLMClient(api_key="sk-ant-test", model=HAIKU, base_url=llm_server.url, timeout_s=0.3)
     try:
-        started = time.monotonic()
         outcome = plan_with(slow, registry)
-        assert time.monotonic() - started < 2.0
     finally:
         slow.close()
     assert outcome.plan is None and outcome.fallback_reason.startswith("LLM planner timed out")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -142,13 +141,20 @@ def test_a_slow_server_past_the_deadline_keeps_the_original_order(
 ) -> None:
     items = make_items(5)
     reversed_scores = scorer(lambda n: float(n * 2))
-    llm_server.responder = lambda body: Reply(text=reversed_scores(body).text, delay_s=1.2)
-    started = time.monotonic()
+    release, answered = threading.Event(), threading.Event()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        release.wait(60)  # the reply comes only once the rerank has returned
+        answered.set()
+        return reversed_scores(body)
+
+    llm_server.responder = respond
     outcome = LLMReranker(client).rerank("q", items, deadline_s=0.3)
-    assert time.monotonic() - started < 1.0  # did not wait for the straggler
+    assert not answered.is_set()  # it returned without waiting for the straggler
     assert outcome.timed_out and outcome.items == items
     assert outcome.notes == ["rerank timed out after 0.3 s; original order kept"]
     # Let the straggler land before the server stops, so it ends quietly rather than in an error.
+    release.set()
     for thread in threading.enumerate():
         if thread.name == "mnemoplan-rerank":
             thread.join(timeout=5)
@@ -156,16 +162,18 @@ def test_a_slow_server_past_the_deadline_keeps_the_original_order(
 
 def test_forty_items_go_in_three_concurrent_batches(llm_server: Server, client: LLMClient) -> None:
     items = make_items(40)
-    lock = threading.Lock()
+    changed = threading.Condition()
     in_flight = [0, 0]  # now, peak
     rate = scorer(lambda n: float(n % 11))
 
     def respond(body: dict[str, Any]) -> Reply:
-        with lock:
+        with changed:
             in_flight[0] += 1
             in_flight[1] = max(in_flight[1], in_flight[0])
-        time.sleep(0.2)
-        with lock:
+            changed.notify_all()
+            # Each request is held until two are in flight at once: sent one after the other,
+            # they never would be (and the test fails after the wait, however fast the machine).
+            changed.wait_for(lambda: in_flight[1] >= 2, timeout=60)
             in_flight[0] -= 1
         return rate(body)
 

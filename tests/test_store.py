@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mnemoplan.errors import DataDirLocked, InvalidInput, PurgeIncomplete
+from mnemoplan.errors import DataDirLocked, InvalidInput
 from mnemoplan.indexes import store as store_module
 from mnemoplan.indexes.graph import GraphError, GraphIndex, GraphRecord
 from mnemoplan.indexes.ingest import NewMemory, SourcesGone
@@ -406,8 +406,8 @@ def test_a_purge_cut_short_is_done_at_the_next_start(
     svc.store.log.maintain()
     with monkeypatch.context() as patch:
         patch.setattr(LanceLog, step, lambda self: (_ for _ in ()).throw(RuntimeError("killed")))
-        with pytest.raises(PurgeIncomplete):
-            svc.forget(ids=[ids[0]], user_id="u")
+        receipt = svc.forget(ids=[ids[0]], user_id="u")  # what it did, as it is: no error
+    assert receipt.removed == 1 and receipt.purged is False and "still on the disk" in receipt.warnings[0]
     assert svc.store.log.count("user_id = 'u'") == 4  # deleted, not yet purged
     svc.close()
     assert on_disk(data, "HIDE0KK")
@@ -447,8 +447,8 @@ def test_a_forget_whose_purge_failed_is_finished_by_the_next_forget(
         fails_once(monkeypatch, svc.store.graph, "checkpoint")
         forget: dict[str, Any] = {"ids": ids[:2]} if how == "ids" else {"scope": "session", "session_id": "s"}
         gone = set(ids[:2]) if how == "ids" else set(ids)
-        with pytest.raises(PurgeIncomplete, match="out of every search"):
-            svc.forget(user_id="u", **forget)
+        failed = svc.forget(user_id="u", **forget)  # what it did, as it is: no error
+        assert failed.purged is False and "out of every search" in failed.warnings[0]
         assert svc.store.log.count("user_id = 'u'") == 5 - len(gone) and on_disk(data, "HIDE0KK")
         receipt = svc.forget(user_id="u", **forget)  # the same call again, with nothing left to delete
         assert (receipt.removed, set(receipt.finished_ids), receipt.purged) == (0, gone, True)
@@ -817,7 +817,8 @@ def test_a_store_that_fails_to_close_still_ends_the_graph_process_and_frees_the_
     with pytest.raises(OSError, match="meta file"):
         svc.close()
     with pytest.raises(ProcessLookupError):
-        for _ in range(100):  # reaped at close, or gone within moments
+        deadline = time.monotonic() + 120  # reaped at close, or gone within moments: only a hang waits it out
+        while time.monotonic() < deadline:
             os.kill(child, 0)
             time.sleep(0.05)
     MemoryStore(tmp_path / "data").close()
@@ -1126,7 +1127,7 @@ def test_a_job_refused_by_a_shut_down_writer_does_not_block_later_flushes(servic
         overlays.submit("u", lambda: None)
     done = threading.Event()
     threading.Thread(target=lambda: (overlays.flush("u"), done.set()), daemon=True).start()
-    assert done.wait(5), "flush waited for a job that can never run"
+    assert done.wait(60), "flush waited for a job that can never run"
 
 
 def test_access_and_mention_counts_land_in_one_merge_whatever_their_spread(service: MemoryService) -> None:

@@ -103,8 +103,28 @@ def write_report(out: Path, metrics: dict[str, Any]) -> str:
     return text
 
 
+PLOTS_MISSING = (
+    "bench: matplotlib is not installed (pip install 'mnemoplan[bench]'), so the plots are skipped; "
+    "every other file is written"
+)
+
+
+def plotting_available() -> bool:
+    """Whether the plotting library (the ``bench`` extra) imports: checked before a run, not
+    after the work, so a run without it still writes everything but the plots."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def write_plots(out: Path, metrics: dict[str, Any], latencies: dict[str, list[float]]) -> list[str]:
-    """R@10 per category per mode, and the latency distribution per mode, as PNG files."""
+    """R@10 per category per mode, and the latency distribution per mode, as PNG files.
+
+    Raises:
+        ImportError: matplotlib is not installed (see ``plotting_available``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -27,7 +27,7 @@ from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
 from mnemoplan.bench.metrics import latency_summary, summarise
 from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
-from mnemoplan.bench.report import update_readme, write_plots, write_report
+from mnemoplan.bench.report import PLOTS_MISSING, plotting_available, update_readme, write_plots, write_report
 from mnemoplan.model import MemoryItem, MessageIn
 
 RANK_DEPTH = 50  # items asked for; rankings keep at least 25 distinct turns
@@ -174,6 +174,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; writes everything under --out."""
     os.environ.setdefault("LANCE_LOG", "error")
     dataset = load_dataset(args)
+    plots = plotting_available()
+    if not plots:
+        print(PLOTS_MISSING, file=sys.stderr)
     if args.limit_conversations:
         keep = list(dataset.turns)[: args.limit_conversations]
         dataset.turns = {c: dataset.turns[c] for c in keep}
@@ -230,7 +233,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     print(write_report(out, metrics), file=sys.stderr)
-    write_plots(out, metrics, latencies)
+    if plots:
+        write_plots(out, metrics, latencies)
+    else:
+        print(PLOTS_MISSING, file=sys.stderr)  # again, after the report: the first may have scrolled away
     if args.readme:
         update_readme(args.readme, metrics)
     if temporary and not args.keep_data:

@@ -15,10 +15,12 @@ and becomes a disjunction of term queries, so ``"``, ``:``, ``AND``, ``*`` or
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import math
 import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -73,14 +75,26 @@ class BM25Doc:
 
 
 class _UserIndex:
-    def __init__(self, path: Path, schema: tantivy.Schema) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        self.index = tantivy.Index(schema, path=str(path), reuse=True)
+    def __init__(self, path: Path, schema: tantivy.Schema, *, read_only: bool = False) -> None:
+        # Tantivy takes a lock file in the index's directory even to read it, so an index in a
+        # directory that cannot be written is read from a private copy (it never changes there).
+        self.copy = Path(tempfile.mkdtemp(prefix="mnemoplan-bm25-")) if read_only else None
+        if self.copy is not None:
+            shutil.copytree(path, self.copy, dirs_exist_ok=True)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+        self.index = tantivy.Index(schema, path=str(self.copy or path), reuse=True)
         self.index.register_tokenizer(_ANALYZER_NAME, _analyzer())
-        self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        self._writer = None if read_only else self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         self.lock = threading.Lock()
         self.dirty = False
         self.closed = False  # by eviction or a swap: whoever waited for its lock opens it again
+
+    @property
+    def writer(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            raise OSError(errno.EROFS, "the BM25 index was opened read-only")
+        return self._writer
 
     def commit(self) -> None:
         self.writer.commit()
@@ -90,7 +104,10 @@ class _UserIndex:
     def close(self) -> None:
         if self.dirty:
             self.commit()
-        self.writer.wait_merging_threads()
+        if self._writer is not None:
+            self._writer.wait_merging_threads()
+        if self.copy is not None:
+            shutil.rmtree(self.copy, ignore_errors=True)
         self.closed = True
 
 
@@ -100,11 +117,15 @@ class BM25Index:
     Args:
         root: Directory holding one sub-directory per user.
         max_open: Indexes kept open at once (each holds a writer).
+        read_only: Read the indexes without writing anything in ``root`` (a data directory that
+            cannot be written): each is read from a copy, and a write fails with ``OSError``.
     """
 
-    def __init__(self, root: Path, *, max_open: int = 16) -> None:
+    def __init__(self, root: Path, *, max_open: int = 16, read_only: bool = False) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            root.mkdir(parents=True, exist_ok=True)
         self._schema = _schema()
         self._analyzer = _analyzer()
         self._open: OrderedDict[str, _UserIndex] = OrderedDict()
@@ -114,7 +135,8 @@ class BM25Index:
         self._touched: dict[str, set[str]] = {}  # ids written while a user's rebuild runs
         self._dropped: set[str] = set()  # users dropped while their rebuild ran
         self._closed = False
-        self._recover_swaps()
+        if not read_only:
+            self._recover_swaps()
 
     # -- paths and handles -------------------------------------------------------------
 
@@ -141,7 +163,9 @@ class BM25Index:
             path = self._dir(user_id)
             if not create and not path.exists():
                 return None
-            handle = _UserIndex(path, self._schema)
+            if self.read_only and not path.exists():
+                return None  # nothing to read, and nothing can be written
+            handle = _UserIndex(path, self._schema, read_only=self.read_only)
             self._open[user_id] = handle
             while len(self._open) > self._max_open:
                 _, old = self._open.popitem(last=False)

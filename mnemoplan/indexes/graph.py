@@ -134,7 +134,7 @@ def _result(reply: tuple[bool, Any]) -> Any:
 _CHILD = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; root = sys.argv[1]; "
     "root in sys.path or sys.path.insert(0, root); from mnemoplan.indexes.kuzu_graph import serve; "
-    "serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))"
+    "serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *(sys.argv[5:6] == ['ro'],))"
 )
 # Only what Python and the dynamic loader need: the child's memory is what Kùzu leaks into
 # its file, so it must not hold the parent's secrets (an API key) either.
@@ -159,6 +159,8 @@ class GraphIndex:
             taken for hung, stopped, and the read fails. Writes may legitimately take long
             (a rebuild) and have no limit.
         fresh: Delete the database's files first and start from an empty graph.
+        read_only: Open the database to read only (a data directory that cannot be written); a
+            write then fails in the child, and ``checkpoint`` does nothing.
     """
 
     def __init__(
@@ -170,10 +172,12 @@ class GraphIndex:
         open_wait_s: float = 30.0,
         read_timeout_s: float = 30.0,
         fresh: bool = False,
+        read_only: bool = False,
     ) -> None:
         unwind = UNWIND_MAX_RECORDS if unwind_max_records is None else unwind_max_records
         self.path = path
-        self._argv = [str(path), str(buffer_pool_mb), str(unwind)]
+        self.read_only = read_only
+        self._argv = [str(path), str(buffer_pool_mb), str(unwind), *(["ro"] if read_only else [])]
         self._open_wait_s = open_wait_s
         self._read_timeout_s = read_timeout_s
         self._lock = threading.Lock()
@@ -301,7 +305,8 @@ class GraphIndex:
 
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the database file."""
-        self._call("checkpoint")
+        if not self.read_only:  # nothing was written, and nothing may be
+            self._call("checkpoint")
 
     def close(self) -> None:
         """Close the database and wait for the child to exit (other processes may open it afterwards)."""

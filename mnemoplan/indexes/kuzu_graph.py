@@ -51,15 +51,19 @@ class KuzuGraph:
         path: File of the Kùzu database.
         buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
         unwind_max_records: Graph size up to which edges are written in one statement (see ``_each``).
+        read_only: Open the database to read only (its schema is then taken as it is).
     """
 
-    def __init__(self, path: Path, *, buffer_pool_mb: int, unwind_max_records: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._path, self._buffer_pool = path, buffer_pool_mb * 1024 * 1024
+    def __init__(
+        self, path: Path, *, buffer_pool_mb: int, unwind_max_records: int, read_only: bool = False
+    ) -> None:
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._path, self._buffer_pool, self._read_only = path, buffer_pool_mb * 1024 * 1024, read_only
         self._unwind_max = unwind_max_records
         self._open()
         wal = path.with_name(f"{path.name}.wal")
-        if wal.exists() and wal.stat().st_size:
+        if not read_only and wal.exists() and wal.stat().st_size:
             # The first checkpoint after opening never crashes; the edges the log replayed
             # leave the memory with the process's copy of the database (see the class's doc).
             self.checkpoint()
@@ -68,11 +72,11 @@ class KuzuGraph:
         # Edges inserted since the last checkpoint, as far as this process knows (Kùzu may
         # checkpoint on its own as well, which only makes a ``_settle`` do needless work).
         self._unsettled = False
-        for statement in _SCHEMA:
+        for statement in _SCHEMA if not read_only else ():
             self._conn.execute(statement)
 
     def _open(self) -> None:
-        self._db = kuzu.Database(str(self._path), buffer_pool_size=self._buffer_pool)
+        self._db = kuzu.Database(str(self._path), buffer_pool_size=self._buffer_pool, read_only=self._read_only)
         self._conn = kuzu.Connection(self._db)
         # Our queries are small; one thread each keeps Kùzu from competing with the
         # embedding and the other signals of the same recall for the two cores.
@@ -320,7 +324,7 @@ class KuzuGraph:
         return out
 
 
-def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
+def serve(path: str, buffer_pool_mb: int, unwind_max_records: int, read_only: bool = False) -> None:
     """The child's loop (see ``graph._CHILD``): answer ``(method, args, kwargs)`` requests from stdin
     on stdout until told to close.
 
@@ -331,7 +335,8 @@ def serve(path: str, buffer_pool_mb: int, unwind_max_records: int) -> None:
     os.dup2(2, 1)  # anything printed by a library goes to stderr, not into the replies
     requests = sys.stdin.buffer
     try:
-        graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records)
+        graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records,
+                          read_only=read_only)  # fmt: skip
     except Exception as exc:
         send(replies, failed(exc))
         return

@@ -220,11 +220,14 @@ class LanceLog:
         cache_records: Records kept in memory for hydration (0 disables the cache).
         cache_vectors_per_user: Users with at most this many records are searched in memory.
         cache_tokens_per_user: Users with at most this many token vectors have them held in memory.
+        read_only: Open the log without writing to it (a data directory that cannot be written):
+            the schema is taken as it is, and a log that lacks a table reads as empty.
     """
 
     def __init__(
         self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000,
         cache_vectors_per_user: int = 200_000, cache_tokens_per_user: int = 2_000_000,
+        read_only: bool = False,
     ) -> None:
         self.cache = RecordCache(cache_records)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
@@ -233,7 +236,8 @@ class LanceLog:
         self._rewrite_lock = threading.RLock()
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
-        path.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            path.mkdir(parents=True, exist_ok=True)
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
         self._rewrites = path / "purge.json"  # per table, the fragments holding rows deleted since the last purge
         try:
@@ -250,10 +254,12 @@ class LanceLog:
         names = self._db.table_names()
         if TABLE in names:
             self._table = self._db.open_table(TABLE)
-            self._add_later_columns()
+            if not read_only:
+                self._add_later_columns()
+        self._keys: Any = None  # read-only, and never written to
         if KEYS_TABLE in names:
             self._keys = self._db.open_table(KEYS_TABLE)
-        else:
+        elif not read_only:
             schema = pa.schema([("user_id", pa.string()), ("salt", pa.binary())])
             self._keys = self._db.create_table(KEYS_TABLE, schema=schema)
         self._salts: dict[str, bytes] = {}
@@ -562,6 +568,8 @@ class LanceLog:
         salt = self._salts.get(user_id)
         if salt is not None:
             return salt
+        if self._keys is None:  # a log opened read-only that never had a user
+            return None
         with self._lock:
             rows = self._keys.search().where(f"user_id = {sql_str(user_id)}").select(["salt"]).to_list()
             if rows:

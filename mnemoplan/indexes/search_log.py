@@ -110,7 +110,11 @@ class SearchLog:
                 return len(lines)
             kept = [line for line in lines if not ids.intersection(json.loads(line).get("result_ids", []))]
             tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            try:
+                tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            except OSError:  # a full disk: no half-written copy left behind
+                tmp.unlink(missing_ok=True)
+                raise
             os.replace(tmp, path)
             return len(lines) - len(kept)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemoplan.errors import DataDirLocked
+from mnemoplan.errors import READ_ONLY_HINT, DataDirLocked, ReadOnlyData, storage_failure
 from mnemoplan.extract.summary import forget_cached
 from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
 from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
@@ -54,21 +54,46 @@ class DeleteReport:
         finished: Records an earlier delete of the user removed without finishing (it raised, or its
             purge failed), which this one finished removing and purging.
         purged: Whether the bytes of ``ids`` and ``finished`` left the disk. False if the store
-            closed first (the next start purges them) or the purge failed (``purge_error``).
-        purge_error: Why the purge failed; the user's next delete, or the next start, does it.
+            closed first (the next start purges them) or the purge failed (``warnings`` says why;
+            the user's next delete, or the next start, does it).
+        warnings: What did not go as it should.
     """
 
     ids: list[str] = field(default_factory=list)
     per_store: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     finished: list[str] = field(default_factory=list)
+    # False: the bytes are still on the disk, to be purged later (the store closed first, or the
+    # purge failed: at the next forget of the user, or the next start); ``warnings`` says which.
     purged: bool = True
-    purge_error: str = ""
+    warnings: list[str] = field(default_factory=list)
 
 
-def _lock_data_dir(data_dir: Path) -> int:
+def can_write(data_dir: Path) -> bool:
+    """Whether this process may write in the data directory now (a read-only mount, or a directory
+    without write permission for the server's user, may not)."""
+    if not os.access(data_dir, os.W_OK | os.X_OK):  # EROFS is reported too, for root as well
+        return False
+    lock = data_dir / "LOCK"
+    return not lock.exists() or os.access(lock, os.W_OK)
+
+
+def _lock_data_dir(data_dir: Path) -> tuple[int, bool]:
+    """Lock the data directory for this process: (the lock file's descriptor, whether the directory
+    can be written). One that cannot is locked through a read-only descriptor (``flock`` needs no
+    write access), so that a server can still read it.
+
+    Raises:
+        DataDirLocked: Another process holds the lock.
+        ReadOnlyData: The directory cannot be written and holds no store to read.
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+    writable = can_write(data_dir)
+    try:
+        fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY, 0o600)
+    except FileNotFoundError:
+        raise ReadOnlyData(f"The data directory {data_dir} cannot be written to and holds no memories yet.",
+                           hint=READ_ONLY_HINT) from None  # fmt: skip
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -77,7 +102,7 @@ def _lock_data_dir(data_dir: Path) -> int:
             f"Another mnemoplan process is using the data directory {data_dir}.",
             hint="Stop the other server (or CLI command), or point MNEMOPLAN_DATA_DIR elsewhere.",
         ) from None
-    return fd
+    return fd, writable
 
 
 ACCESS_FLUSH = 1_000  # distinct retrieved records that make an access-count flush due...
@@ -88,6 +113,10 @@ FRAGMENTS_TO_COMPACT = 16  # small log fragments found at start-up that call for
 
 class MemoryStore:
     """The log plus the BM25 and graph overlays under one data directory.
+
+    A data directory that cannot be written when the store opens is opened to read only
+    (``read_only``): searches work, and every write raises ``ReadOnlyData``. Nothing is repaired
+    or maintained then; a store opened again once the directory can be written does both.
 
     Args:
         data_dir: Root directory; created if missing and locked for this process.
@@ -115,11 +144,13 @@ class MemoryStore:
         token_cache_tokens: int = 2_000_000,
     ) -> None:
         self.data_dir = data_dir
-        self._lock_fd = _lock_data_dir(data_dir)
+        self._lock_fd, writable = _lock_data_dir(data_dir)
+        self.read_only = not writable
         try:
             self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows,
-                                cache_tokens_per_user=token_cache_tokens)  # fmt: skip
-            self.bm25 = BM25Index(data_dir / "bm25")
+                                cache_tokens_per_user=token_cache_tokens,
+                                read_only=self.read_only)  # fmt: skip
+            self.bm25 = BM25Index(data_dir / "bm25", read_only=self.read_only)
             self.journal = WriteJournal(data_dir / "journal")
             self.graph = self._open_graph(data_dir / "graph" / "graph.kuzu", graph_buffer_pool_mb)
         except BaseException:
@@ -153,9 +184,9 @@ class MemoryStore:
         """The graph database; one Kùzu cannot open starts afresh and is rebuilt from the log
         (``repair``): it only ever holds what the log does, and without it no server starts."""
         try:
-            return GraphIndex(path, buffer_pool_mb=buffer_pool_mb)
+            return GraphIndex(path, buffer_pool_mb=buffer_pool_mb, read_only=self.read_only)
         except GraphUnreadable as exc:
-            if not GraphIndex.opens_afresh(path, buffer_pool_mb):
+            if self.read_only or not GraphIndex.opens_afresh(path, buffer_pool_mb):
                 raise  # not the file: a new one would fail the same way, so it stays as it is
             log.warning("%s; it is rebuilt from the log", exc)
         # The intent first: if the new file cannot be opened either, the next start rebuilds it.
@@ -164,6 +195,14 @@ class MemoryStore:
         return GraphIndex(path, buffer_pool_mb=buffer_pool_mb, fresh=True)
 
     # -- helpers -----------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise ``ReadOnlyData`` if the store was opened to read only."""
+        if self.read_only:
+            raise ReadOnlyData(
+                f"The data directory {self.data_dir} could not be written to when the server opened it, "
+                "so it serves reads only.", hint=READ_ONLY_HINT,
+            )  # fmt: skip
 
     def keys(self, user_id: str, *, create: bool = True) -> KeyHasher | None:
         """The keyed hasher of a user's graph names (None if the user has none yet)."""
@@ -253,6 +292,7 @@ class MemoryStore:
         """
         if not records:
             return []
+        self.check_writable()
         user_id = records[0].user_id
         if any(r.user_id != user_id for r in records):
             raise ValueError("append() takes the records of one user")
@@ -345,7 +385,7 @@ class MemoryStore:
         or one started here once ``ACCESS_FLUSH`` distinct records wait and the last flush is
         ``ACCESS_FLUSH_S`` old (each flush is row updates plus a compaction, so not per query).
         """
-        if not ids:
+        if not ids or self.read_only:  # counts that could never be written
             return
         with self._counts_lock:
             for rid in ids:
@@ -401,6 +441,7 @@ class MemoryStore:
         first, even when ``ids`` is empty or names nothing left: its records are then listed
         in ``DeleteReport.finished``.
         """
+        self.check_writable()
         report = DeleteReport()
         with self.writing(user_id):
             self.wait_for_writes(user_id)
@@ -448,10 +489,19 @@ class MemoryStore:
         try:
             done = self._purge(user_id)
         except Exception as exc:
-            log.exception("purging deleted records failed; the user's next forget finishes it")
+            # The records are deleted already, so a purge that fails (a full disk: it writes new
+            # copies before it drops the old ones) is no failure of the delete.
+            log.warning("purging deleted records failed; the user's next forget finishes it", exc_info=True)
             with self._write_lock:
                 self._stalled.update(t for t, p in self._purges.items() if p.user_id == user_id)
-            report.purged, report.purge_error = False, f"{type(exc).__name__}: {exc}"
+            failure = storage_failure(exc)
+            why = failure.message.rstrip(".") if failure else f"{type(exc).__name__}, see the server log"
+            report.purged = False
+            report.warnings.append(
+                f"The memories are deleted and out of every search, but their bytes are still on the disk: "
+                f"the purge failed ({why}). The next forget of this user's memories (this one again will "
+                "do) or the next start finishes it."
+            )
             return
         if done is None:  # closed first: the next start purges
             report.purged = False
@@ -615,6 +665,7 @@ class MemoryStore:
 
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret."""
+        self.check_writable()
         report = DeleteReport()
         with self.writing(user_id):
             self.wait_for_writes(user_id)
@@ -672,6 +723,7 @@ class MemoryStore:
         journal intent covers it: a rebuild cut short is done again at the next start, since
         until it ends the graph lacks users (and ``forget`` finds derived records through it).
         """
+        self.check_writable()
         out: dict[str, int] = {}
         self.wait_for_writes()
         with self._write_lock:
@@ -720,6 +772,7 @@ class MemoryStore:
 
     def repair(self) -> int:
         """Replay writes a crash interrupted; returns how many intents were repaired."""
+        self.check_writable()
         pending = self.journal.pending()
         for intent in pending:
             log.warning("repairing an interrupted %s (%d record(s))", intent.op, len(intent.ids))
@@ -772,6 +825,7 @@ class MemoryStore:
 
     def maintain(self) -> None:
         """Upkeep of the log: compact its fragments and build indexes when due (see LanceLog.maintain)."""
+        self.check_writable()
         self.wait_for_writes()
         with self._maintenance_lock:
             self._flush_counts()
@@ -782,6 +836,8 @@ class MemoryStore:
         stored messages one by one and stopped before its next compaction): every read of the log
         slows with them (a by-id read of 60 records: 68 ms at 154 fragments, 12 ms compacted).
         Also when a purge left the log without the vector index it should have."""
+        if self.read_only:
+            return False
         if self.log.fragments_to_compact() < threshold and not self.log.needs_vector_index():
             return False  # (a purge drops the vector index; the next maintenance builds it again)
         self._maintain_in_background()

@@ -138,19 +138,22 @@ class ForgetReceipt(BaseModel):
     finished_ids: list[str] = Field(
         default_factory=list,
         description=(
-            "Ids of records an earlier forget of this user removed without finishing (it failed, e.g. "
-            "with purge_incomplete), which this call finished removing and purging (first 1000). Any "
-            "forget of the user finishes them, even one that finds nothing left to delete."
+            "Ids of records an earlier forget of this user removed without finishing (its purge failed, "
+            "say), which this call finished removing and purging (first 1000). Any forget of the user "
+            "finishes them, even one that finds nothing left to delete."
         ),
     )
     purged: bool = Field(
         False,
         description=(
             "True when the bytes of every record in ids and finished_ids have left the disk (old log "
-            "versions, index segments, graph pages). False only when the server was shutting down; it "
-            "purges them at its next start. A purge that fails is an error (purge_incomplete), not a receipt."
+            "versions, index segments, graph pages). False when the server was shutting down or the purge "
+            "failed (warnings says why): the records are deleted and out of every search, and the next "
+            "forget of the user, or the next start, purges them."
         ),
     )
+    warnings: list[str] = Field(default_factory=list, description="What did not go as it should, e.g. a "
+                                "purge left for later.")  # fmt: skip
     duration_ms: float = 0.0
 
 

@@ -5,13 +5,16 @@ that worked for a query of the same shape), the LLM planner when configured, or 
 deterministic rules. Each round's results join those of earlier rounds; an evaluator (the LLM's, else
 the rules') judges them, and a replanner proposes the next plan, never one that ran.
 Every degraded component (an LLM fallback, a failed step, a reranker timeout) leaves a
-warning in the result.
+warning in the result. One deadline bounds the whole search: each LLM call waits at most
+what is left of it, and once it has passed no LLM is asked again and no new round starts
+(the first round always runs: it is local work, and the rules' answer).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -85,6 +88,7 @@ class DeepConfig:
         widen: Factor on the candidate lists of recall's steps.
         candidate_pool: Fused candidates ranked.
         rerank_deadline_s: Time the reranker may take before the original order is kept.
+        deadline_s: Time the whole search may take, LLM calls included (see the module's doc).
         round_decay: Weight of each round's signals relative to the round before. A revised
             plan adds what the first one missed without reshuffling what it found: at full
             weight, rules-only rounds 2-3 cost 1.8 R@10 on LoCoMo (80.4 -> 78.6 deep vs recall),
@@ -99,6 +103,7 @@ class DeepConfig:
     candidate_pool: int = 300
     rerank_deadline_s: float = 8.0
     round_decay: float = 0.2
+    deadline_s: float = 15.0
 
 
 def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config: DeepConfig) -> QueryPlan:
@@ -144,6 +149,21 @@ class _Run:
     cost_usd: float = 0.0
     rerank_fallbacks: int = 0
     llm_plans: set[str] = field(default_factory=set)  # fingerprints of the plans an LLM wrote
+    deadline: float = math.inf  # time.monotonic() instant the search ends by
+    budget_s: float = math.inf
+    out_of_time: bool = False  # the deadline passed, and a warning says so
+
+    def time_left(self, what: str) -> float:
+        """Seconds left before the deadline; none left (0) also adds one warning, naming ``what``
+        was skipped first."""
+        left = self.deadline - time.monotonic()
+        if left > 0:
+            return left
+        if not self.out_of_time:
+            self.out_of_time = True
+            self.warnings.append(f"deadline of {self.budget_s:g} s reached (MNEMOPLAN_DEEP_DEADLINE_S): "
+                                 f"skipped {what} and what would have come after it")  # fmt: skip
+        return 0.0
 
     def charge(self, usage: Any) -> None:
         if usage is not None:
@@ -189,11 +209,11 @@ class DeepSearch:
                 return self.recall.registry.validate(cached.model_copy(update={"max_results": max_results}))
             except Exception:  # the registry changed since: forget the template
                 run.warnings.append("a cached plan no longer validates; planned afresh")
-        if self.llm.planner is None:
+        if self.llm.planner is None or not run.time_left("the LLM planner"):
             return baseline
         outcome = self.llm.planner.plan(
             analysis.query, analysis, self.recall.registry.descriptors(user_id), baseline,
-            self.recall.registry.validate, max_results,
+            self.recall.registry.validate, max_results, deadline=run.deadline,
         )  # fmt: skip
         run.charge(outcome.usage)
         if outcome.plan is None:
@@ -205,12 +225,13 @@ class DeepSearch:
     def _judge(self, analysis: QueryAnalysis, plan: QueryPlan, results: list[StepResult], items: list[MemoryItem],
                round_no: int, run: _Run) -> Evaluation:  # fmt: skip
         rules = evaluate(analysis, results, items)
-        if self.llm.evaluator is None:
+        if self.llm.evaluator is None or not run.time_left("the LLM evaluator"):
             return rules
         reports = [StepReport(round=round_no, step_id=r.step.step_id, index=r.step.index, count=len(r.hits),
                               ms=round(r.ms, 3), error=r.error) for r in results]  # fmt: skip
         try:
-            verdict = self.llm.evaluator.evaluate(analysis.query, analysis, plan, reports, items, round_no)
+            verdict = self.llm.evaluator.evaluate(analysis.query, analysis, plan, reports, items, round_no,
+                                                  deadline=run.deadline)  # fmt: skip
         except LLMError as exc:
             run.warnings.append(f"LLM evaluator fell back to the rules: {exc.message}")
             return rules
@@ -221,10 +242,10 @@ class DeepSearch:
 
     def _next_plan(self, analysis: QueryAnalysis, user_id: str, run: _Run, evaluation: Evaluation,
                    items: list[MemoryItem], tried: set[str], max_results: int) -> QueryPlan | None:  # fmt: skip
-        if self.llm.replanner is not None:
+        if self.llm.replanner is not None and run.time_left("the LLM replanner"):
             outcome = self.llm.replanner.revise(
                 analysis.query, analysis, self.recall.registry.descriptors(user_id), run.plans, evaluation,
-                self.recall.registry.validate, max_results,
+                self.recall.registry.validate, max_results, deadline=run.deadline,
             )  # fmt: skip
             run.charge(outcome.usage)
             if outcome.plan is not None and plan_fingerprint(outcome.plan) not in tried:
@@ -246,10 +267,10 @@ class DeepSearch:
 
     def _expand(self, analysis: QueryAnalysis, plan: QueryPlan, run: _Run) -> QueryPlan:
         """The plan plus the LLM's rewrite and hypothetical-memory steps, when an expander is configured."""
-        if self.llm.expander is None:
+        if self.llm.expander is None or not run.time_left("query expansion"):
             return plan
         try:
-            expansion = self.llm.expander.expand(analysis.query, analysis)
+            expansion = self.llm.expander.expand(analysis.query, analysis, deadline=run.deadline)
         except LLMError as exc:
             run.warnings.append(f"query expansion skipped: {exc.message}")
             return plan
@@ -284,7 +305,7 @@ class DeepSearch:
     ) -> DeepSearchResult:
         """Search until the evaluator is satisfied or the rounds run out; a caller plan runs once, exactly."""
         started = time.perf_counter()
-        run = _Run()
+        run = _Run(deadline=time.monotonic() + self.config.deadline_s, budget_s=self.config.deadline_s)
         now = reference_time or datetime.now(UTC)
         t0 = time.perf_counter()
         analysis = self.recall.analyzer.analyze(query, scope.user_id, reference_time)
@@ -334,6 +355,8 @@ class DeepSearch:
                 self.cache.discard(analysis, first)  # it stops pre-empting the planner for this shape
             if evaluation.sufficient or caller or round_no == rounds:
                 break
+            if not run.time_left(f"round {round_no + 1}"):
+                break
             t0 = time.perf_counter()
             nxt = self._next_plan(analysis, scope.user_id, run, evaluation, items, tried, max_results)
             run.time("replan", t0)
@@ -355,8 +378,11 @@ class DeepSearch:
         redundant = getattr(reranker, "redundant", None)  # a reranker whose signal an index may have fused
         if redundant is not None and redundant(query, user_id, run.results):
             return items
+        left = run.time_left("the rerank")
+        if not left:
+            return items
         t0 = time.perf_counter()
-        deadline = self.config.rerank_deadline_s
+        deadline = min(self.config.rerank_deadline_s, left)
         outcome = reranker.rerank(query, items, deadline_s=deadline, user_id=user_id)
         run.time("rerank", t0)
         run.charge(outcome.usage)

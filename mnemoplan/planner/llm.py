@@ -1,8 +1,11 @@
 """The one module that talks to the LLM: JSON-returning Messages API calls with cost accounting.
 
 Callers (planners, rerankers, evaluators) get parsed JSON in an ``LLMReply`` or an ``LLMError``,
-never the SDK or its exceptions. The SDK's own retries are off because ours differ on purpose:
-a timeout is never retried (the caller has a latency budget), a malformed reply gets one repair.
+never the SDK or its exceptions: an endpoint that answers 200 with something that is not a
+Messages API reply (a proxy's HTML page, a truncated body) is an ``LLMError`` too. The SDK's own
+retries are off because ours differ on purpose: a timeout is never retried (the caller has a
+latency budget), a malformed reply gets one repair. A caller with a deadline passes it, and no
+request, retry or repair outlasts it: each request's timeout is what is left of it.
 No ``temperature``: ``anthropic`` 2.x has no such argument and sends ``anthropic-version:
 2026-10-21``, which rejects every sampling parameter with a 400 (even the default value).
 """
@@ -40,13 +43,16 @@ _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 2.0
 
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-_REQUEST_KEYS = frozenset({"system", "prompt", "max_tokens", "purpose"})
+_REQUEST_KEYS = frozenset({"system", "prompt", "max_tokens", "purpose", "deadline"})
 
 # What the caller (an agent, in the end) can do about each kind of failure.
 _HINTS = {
     "timeout": "The LLM did not answer within the time budget; retry later or raise the LLM timeout.",
     "connection": "The LLM endpoint could not be reached; check the network and the base URL.",
     "malformed": "The model did not return JSON; raise max_tokens if it was cut off, or simplify the prompt.",
+    "not_messages": "The endpoint did not answer as the Messages API does; check that the base URL points at "
+    "the API itself (not a proxy's or a gateway's page).",
+    "deadline": "The caller's time budget ran out before the LLM answered; raise it, or the LLM is too slow.",
     "auth": "The API key was refused; check ANTHROPIC_API_KEY.",
     "transient": "The LLM API is rate limiting or failing on its side; retry later.",
     "rejected": "The request was rejected; check the model name and the LLM settings.",
@@ -233,8 +239,9 @@ class LLMClient:
             sdk.close()
 
     def complete_json(
-        self, *, system: str, prompt: str, max_tokens: int = 1024, purpose: str = ""
-    ) -> LLMReply:
+        self, *, system: str, prompt: str, max_tokens: int = 1024, purpose: str = "",
+        deadline: float | None = None,
+    ) -> LLMReply:  # fmt: skip
         """Send one prompt and parse the reply as JSON, repairing it once if needed.
 
         Args:
@@ -242,20 +249,23 @@ class LLMClient:
             prompt: The user message.
             max_tokens: Cap on the reply's length.
             purpose: Short label for logs and errors, e.g. ``rerank``; never the prompt.
+            deadline: A ``time.monotonic()`` instant no request, retry or repair may outlast
+                (each request waits at most what is left of it, and at most ``timeout_s``).
 
         Returns:
             The parsed reply, with this call's usage and number of requests.
 
         Raises:
-            LLMError: On a timeout, an HTTP error that persisted through the retries, a
-                connection failure, or a reply that was still not JSON after the repair.
+            LLMError: On a timeout or the deadline, an HTTP error that persisted through the
+                retries, a connection failure, an answer that is not a Messages API reply, or a
+                reply that was still not JSON after the repair.
         """
         usage = LLMUsage(calls=1)
         attempts = 0
         messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
         try:
             for _ in range(2):  # the reply, then one repair round-trip
-                text, stop_reason, sent = self._send(system, messages, max_tokens, usage)
+                text, stop_reason, sent = self._send(system, messages, max_tokens, usage, deadline)
                 attempts += sent
                 try:
                     return LLMReply(data=extract_json(text), text=text, usage=usage, attempts=attempts)
@@ -328,8 +338,9 @@ class LLMClient:
             return self._sdk
 
     def _send(
-        self, system: str, messages: list[dict[str, str]], max_tokens: int, usage: LLMUsage
-    ) -> tuple[str, str | None, int]:
+        self, system: str, messages: list[dict[str, str]], max_tokens: int, usage: LLMUsage,
+        deadline: float | None = None,
+    ) -> tuple[str, str | None, int]:  # fmt: skip
         """One request with transport retries; adds the reply's tokens to ``usage``.
 
         Returns the reply's text, its stop reason and the number of requests sent; raises
@@ -338,54 +349,90 @@ class LLMClient:
         sdk = self._client()
         attempt = 0
         while True:
+            timeout = self._timeout(deadline, attempt)
             attempt += 1
             try:
                 message = sdk.messages.create(
-                    model=self.model, system=system, messages=messages, max_tokens=max_tokens
+                    model=self.model, system=system, messages=messages, max_tokens=max_tokens, timeout=timeout
                 )
             except anthropic.APITimeoutError:
                 # Subclass of APIConnectionError, so it must be caught first: never retried.
-                raise _CallFailed(f"timeout after {self.timeout_s:g} s", attempt, "timeout") from None
+                cut = " (the caller's deadline)" if timeout < self.timeout_s else ""
+                raise _CallFailed(f"timeout after {timeout:.3g} s{cut}", attempt, "timeout") from None
             except anthropic.APIStatusError as err:
                 # The API's own words help most (a bad model name, a rejected parameter); kept short.
                 detail = ": ".join(str(x)[:200] for x in (err.type, err.api_message) if x)
                 cause = f"HTTP {err.status_code}" + (f" ({detail})" if detail else "")
                 if err.status_code in _RETRYABLE_STATUS and attempt <= self.max_retries:
-                    self._pause(attempt, err.response.headers.get("retry-after"))
-                    continue
+                    if self._pause(attempt, err.response.headers.get("retry-after"), deadline):
+                        continue
                 kind = "auth" if err.status_code in (401, 403) else "rejected"
                 kind = "transient" if err.status_code in _RETRYABLE_STATUS else kind
                 raise _CallFailed(f"{cause} after {attempt} request(s)", attempt, kind) from None
             except anthropic.APIConnectionError:
-                if attempt <= self.max_retries:
-                    self._pause(attempt, None)
+                if attempt <= self.max_retries and self._pause(attempt, None, deadline):
                     continue
                 cause = f"connection error after {attempt} request(s)"
                 raise _CallFailed(cause, attempt, "connection") from None
             except anthropic.AnthropicError as err:
                 raise _CallFailed(f"client error {type(err).__name__}", attempt, "transient") from None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                # The SDK decodes a body declared as JSON itself and lets its decoding error through.
+                raise _CallFailed("the answer's body is not JSON", attempt, "not_messages") from None
             break
-        in_tok = int(getattr(message.usage, "input_tokens", 0) or 0)
-        out_tok = int(getattr(message.usage, "output_tokens", 0) or 0)
+        text, stop_reason, in_tok, out_tok = _message_parts(message)
+        if text is None:  # e.g. a body that is not JSON at all, which the SDK hands back as a string
+            raise _CallFailed("the answer is not a Messages API reply", attempt, "not_messages")
         usage.input_tokens += in_tok
         usage.output_tokens += out_tok
         usage.cost_usd += (in_tok * self._price[0] + out_tok * self._price[1]) / 1_000_000
-        text = "".join(getattr(block, "text", "") for block in message.content if block.type == "text")
-        return text, message.stop_reason, attempt
+        return text, stop_reason, attempt
+
+    def _timeout(self, deadline: float | None, sent: int) -> float:
+        """The next request's timeout: ``timeout_s``, or what is left before the deadline."""
+        if deadline is None:
+            return self.timeout_s
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _CallFailed("no time left before the caller's deadline", sent, "deadline")
+        return min(self.timeout_s, left)
 
     @staticmethod
-    def _pause(attempt: int, retry_after: str | None) -> None:
+    def _pause(attempt: int, retry_after: str | None, deadline: float | None) -> bool:
+        """Wait before a retry; False (no wait) when the deadline would pass first."""
         delay = min(_BACKOFF_S * 2 ** (attempt - 1), _MAX_BACKOFF_S)
         if retry_after is not None:
             try:
                 delay = min(max(float(retry_after), 0.0), _MAX_BACKOFF_S)
             except ValueError:
                 pass  # an HTTP-date retry-after: keep our own backoff
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            return False
         time.sleep(delay)
+        return True
 
     def _redact(self, text: str) -> str:
         # Defence in depth: a proxy may echo request headers into an error body.
         return text.replace(self._api_key, "[redacted]")
+
+
+def _message_parts(message: object) -> tuple[str | None, str | None, int, int]:
+    """(text, stop reason, input tokens, output tokens) of a reply; text None when it is not a
+    Messages API reply. The SDK builds its models without validating them, so a JSON body of
+    another shape arrives as a ``Message`` with fields missing, or of other types."""
+    content = getattr(message, "content", None)
+    if not isinstance(message, anthropic.types.Message) or not isinstance(content, list):
+        return None, None, 0, 0
+    texts = [getattr(block, "text", None) for block in content if getattr(block, "type", None) == "text"]
+    if not all(isinstance(t, str) for t in texts):
+        return None, None, 0, 0
+    stop_reason = getattr(message, "stop_reason", None)
+    counts = getattr(message, "usage", None)
+    tokens = []
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(counts, name, 0)
+        tokens.append(value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0)
+    return "".join(texts), stop_reason if isinstance(stop_reason, str) else None, tokens[0], tokens[1]
 
 
 def _json_error(text: str, err: ValueError, stop_reason: str | None) -> str:

@@ -59,6 +59,8 @@ class LLMEvaluator:
         steps: list[StepReport],
         items: list[MemoryItem],
         round_no: int,
+        *,
+        deadline: float | None = None,
     ) -> Evaluation:
         """Judge one round of retrieval.
 
@@ -69,6 +71,7 @@ class LLMEvaluator:
             steps: Step reports (of this round, or of every round: others are ignored).
             items: The ranked items; the first 20 are shown, text cut to 300 characters.
             round_no: The round being judged, from 1.
+            deadline: ``time.monotonic()`` instant the LLM's answer must come by.
 
         Returns:
             The evaluation, with only assessments of the plan's own steps.
@@ -90,7 +93,8 @@ class LLMEvaluator:
         lines.append(f"Top {len(shown)} of {len(items)} items (id, kind, date, speaker, via steps: text):")
         lines.extend(item_line(item) for item in shown)
         reply = self._client.complete_json(
-            system=EVALUATOR_SYSTEM, prompt="\n".join(lines), max_tokens=self._max_tokens, purpose="evaluate"
+            system=EVALUATOR_SYSTEM, prompt="\n".join(lines), max_tokens=self._max_tokens, purpose="evaluate",
+            deadline=deadline,
         )
         data = reply.data
         if isinstance(data, dict) and "step_assessments" not in data and "steps" in data:

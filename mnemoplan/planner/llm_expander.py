@@ -76,8 +76,9 @@ class LLMExpander:
         self._client = client
         self._max_tokens = max_tokens
 
-    def expand(self, query: str, analysis: QueryAnalysis) -> Expansion:
-        """The query's expansions.
+    def expand(self, query: str, analysis: QueryAnalysis, *, deadline: float | None = None) -> Expansion:
+        """The query's expansions; ``deadline`` is the ``time.monotonic()`` instant the LLM's answer
+        must come by.
 
         Raises:
             LLMError: the call failed or the reply does not match the schema; the caller
@@ -85,7 +86,8 @@ class LLMExpander:
         """
         prompt = f"Query: {json.dumps(query, ensure_ascii=False)}\nAnalysis: {analysis_json(analysis)}"
         reply = self._client.complete_json(
-            system=EXPANDER_SYSTEM, prompt=prompt, max_tokens=self._max_tokens, purpose="expand"
+            system=EXPANDER_SYSTEM, prompt=prompt, max_tokens=self._max_tokens, purpose="expand",
+            deadline=deadline,
         )
         try:
             parsed = _ExpansionReply.model_validate(reply.data)

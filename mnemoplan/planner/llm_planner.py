@@ -113,6 +113,8 @@ class LLMPlanner(_PlanWriter):
         baseline: QueryPlan,
         validate: Validate,
         max_results: int,
+        *,
+        deadline: float | None = None,
     ) -> PlannerOutcome:
         """Write a plan for the query, repairing it once if it does not validate.
 
@@ -123,6 +125,7 @@ class LLMPlanner(_PlanWriter):
             baseline: The deterministic plan, offered as a starting point.
             validate: Checks a plan (usually ``IndexRegistry.validate``); raises ``InvalidPlan``.
             max_results: Upper bound for the plan's ``max_results``.
+            deadline: ``time.monotonic()`` instant every LLM request (the repair too) ends by.
 
         Returns:
             The outcome: a validated plan with source ``llm``, or None with the reason.
@@ -136,7 +139,8 @@ class LLMPlanner(_PlanWriter):
         def build(data: Any) -> QueryPlan:
             return validate(_parse_plan(data, query, analysis, max_results, source="llm"))
 
-        return _plan_with_repair(self._client, PLANNER_SYSTEM, prompt, build, self._max_tokens, "plan")
+        return _plan_with_repair(self._client, PLANNER_SYSTEM, prompt, build, self._max_tokens, "plan",
+                                 deadline)  # fmt: skip
 
 
 class LLMReplanner(_PlanWriter):
@@ -151,6 +155,8 @@ class LLMReplanner(_PlanWriter):
         evaluation: Evaluation,
         validate: Validate,
         max_results: int,
+        *,
+        deadline: float | None = None,
     ) -> PlannerOutcome:
         """Write a plan unlike every previous one that addresses the evaluation.
 
@@ -192,12 +198,13 @@ class LLMReplanner(_PlanWriter):
                 )
             return plan
 
-        return _plan_with_repair(self._client, REPLANNER_SYSTEM, prompt, build, self._max_tokens, "replan")
+        return _plan_with_repair(self._client, REPLANNER_SYSTEM, prompt, build, self._max_tokens, "replan",
+                                 deadline)  # fmt: skip
 
 
 def _plan_with_repair(
     client: LLMClient, system: str, prompt: str, build: Callable[[Any], QueryPlan], max_tokens: int,
-    role: str,
+    role: str, deadline: float | None = None,
 ) -> PlannerOutcome:
     """Ask for a plan; on a rejected one, ask once more with the error and the bad JSON.
 
@@ -209,7 +216,8 @@ def _plan_with_repair(
     problem: InvalidInput | None = None
     for attempt in (1, 2):
         try:
-            reply = client.complete_json(system=system, prompt=ask, max_tokens=max_tokens, purpose=role)
+            reply = client.complete_json(system=system, prompt=ask, max_tokens=max_tokens, purpose=role,
+                                         deadline=deadline)  # fmt: skip
         except LLMError as err:
             # The client keeps a failed call's tokens in its own totals only; count the failure here.
             usage.add(LLMUsage(calls=1, failures=1))

@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
-from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
+from mnemoplan.errors import InvalidInput, MnemoError, ReadOnlyData, Unavailable, storage_failure
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
@@ -54,62 +54,139 @@ class ServiceHolder:
     GIL for long stretches; started at once, it delayed the answer to ``initialize`` to
     ~1.4 s. It therefore waits for the handshake to finish (``go``), for a first tool call,
     or at most ``start_after_s``.
+
+    Nothing that failed stays failed until a restart: a start-up that failed is tried again
+    by the next tool call (the data directory may have been unlocked, given room or made
+    writable since), and a service that could only open its data directory to read is
+    opened anew by the first write that finds the directory writable.
     """
 
     def __init__(self, factory: Callable[[], Any], *, start_after_s: float = 1.0) -> None:
+        self._factory = factory
+        self._cond = threading.Condition()
         self._service: Any = None
         self._error: BaseException | None = None
-        self._ready = threading.Event()
+        self._building = False
+        self._in_use = 0  # calls running on the service: a replacement waits for them
         self._go = threading.Event()
-        self._thread = threading.Thread(target=self._build, args=(factory, start_after_s), name="mnemoplan-startup",
-                                        daemon=True)  # fmt: skip
-        self._thread.start()
+        self._start(start_after_s)
 
     def go(self) -> None:
         """Start building now (the client has finished the handshake, or needs the service)."""
         self._go.set()
 
-    def _build(self, factory: Callable[[], Any], start_after_s: float) -> None:
-        self._go.wait(start_after_s)
-        try:
-            self._service = factory()
-        except BaseException as exc:
-            self._error = exc
-            if not isinstance(exc, MnemoError):
-                log.exception("the memory service could not start")
-        finally:
-            self._ready.set()
+    def _start(self, wait_s: float) -> None:
+        """Build in the background (called at first, or under the condition's lock)."""
+        self._building = True
+        threading.Thread(target=self._build, args=(wait_s,), name="mnemoplan-startup", daemon=True).start()
 
-    async def get(self, timeout_s: float = 120.0) -> Any:
-        """The service, waiting for start-up if needed.
+    def _build(self, wait_s: float) -> None:
+        self._go.wait(wait_s)
+        service: Any = None
+        error: BaseException | None = None
+        try:
+            service = self._factory()
+        except BaseException as exc:
+            error = exc
+            if isinstance(exc, MnemoError) or storage_failure(exc) is not None:
+                log.warning("the memory service could not start: %s", exc)
+            else:
+                log.exception("the memory service could not start")
+        with self._cond:
+            self._service, self._error, self._building = service, error, False
+            self._cond.notify_all()
+
+    def _acquire(self, timeout_s: float) -> Any:
+        self.go()
+        with self._cond:
+            if not self._building and self._error is not None:
+                self._start(0.0)  # try again: what made it fail may be gone
+            if not self._cond.wait_for(lambda: not self._building, timeout_s):
+                raise Unavailable("The memory service is still starting.", hint="Retry in a few seconds.")
+            if self._error is not None:
+                raise start_failure(self._error)
+            self._in_use += 1
+            return self._service
+
+    def _release(self) -> None:
+        with self._cond:
+            self._in_use -= 1
+            self._cond.notify_all()
+
+    def _reopen(self, stale: Any) -> bool:
+        """Replace a service that opened its data directory to read only, if the directory can be
+        written now; False if it cannot. Called with no call of this thread on the service."""
+        with self._cond:
+            if self._service is not stale or self._building:
+                return True  # another call has replaced it already, or is replacing it
+            if not stale.writable_now():
+                return False
+            self._building = True  # new calls wait for the new service
+            self._cond.wait_for(lambda: self._in_use == 0)
+            self._service = None
+        log.info("the data directory can be written again: opening the memory service anew")
+        try:
+            stale.close()
+        except Exception:
+            log.exception("the read-only memory service did not close cleanly")
+        self._build(0.0)
+        return True
+
+    def call(self, fn: Callable[[Any], T], *, timeout_s: float = 120.0) -> T:
+        """Run ``fn(service)`` in this (worker) thread once the service is ready.
+
+        A write that a read-only service refuses runs again, once, on a service opened anew if
+        the data directory can be written now.
 
         Raises:
-            MnemoError: start-up failed or is taking too long.
+            MnemoError: start-up failed or is taking too long, or ``fn`` raised it.
         """
-        if not self._ready.is_set():
-            self.go()
-            await anyio.to_thread.run_sync(self._ready.wait, timeout_s)
-        if not self._ready.is_set():
-            raise Unavailable("The memory service is still starting.", hint="Retry in a few seconds.")
-        if self._error is not None:
-            if isinstance(self._error, MnemoError):
-                raise self._error
-            raise Unavailable("The memory service failed to start; see the server log.")
-        return self._service
+        service = self._acquire(timeout_s)
+        held = True
+        try:
+            return fn(service)
+        except ReadOnlyData:
+            if not getattr(service, "read_only", False):
+                raise
+            self._release()
+            held = False
+            if not self._reopen(service):
+                raise  # still read-only
+        finally:
+            if held:
+                self._release()
+        service = self._acquire(timeout_s)
+        try:
+            return fn(service)
+        finally:
+            self._release()
 
     def close(self) -> None:
         """Wait for start-up to settle, then close the service."""
-        self._ready.wait()
-        if self._service is not None:
-            self._service.close()
+        self._go.set()
+        with self._cond:
+            self._cond.wait_for(lambda: not self._building)
+            service, self._service = self._service, None
+        if service is not None:
+            service.close()
+
+
+def start_failure(error: BaseException) -> MnemoError:
+    """What a tool call is told when the service could not start."""
+    if isinstance(error, MnemoError):
+        return error
+    failure = storage_failure(error, "start-up")
+    if failure is not None:
+        return failure
+    return Unavailable("The memory service failed to start; see the server log.",
+                       hint="It is tried again at the next call.")  # fmt: skip
 
 
 async def call_service(ctx: Context, fn: Callable[[Any], T]) -> T:
     """Run one service call in a worker thread, mapping failures to tool errors."""
     holder: ServiceHolder = ctx.request_context.lifespan_context
     try:
-        service = await holder.get()
-        return await anyio.to_thread.run_sync(fn, service)
+        return await anyio.to_thread.run_sync(holder.call, fn)
     except MnemoError as exc:
         raise ToolError(exc.to_text()) from None
     except Exception:
@@ -282,11 +359,15 @@ def register_tools(mcp: MCPServer) -> None:
 def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> MCPServer:
     """The MCP server over ``settings``; ``factory`` builds the service (default: from settings)."""
 
+    embedders: list[Any] = []  # one: a service opened anew (see ServiceHolder) reuses the loaded model
+
     def default_factory() -> Any:
         # Imported here, in the start-up thread: the storage libraries take a second to import.
-        from mnemoplan.server.bootstrap import build_service
+        from mnemoplan.server.bootstrap import build_service, settings_embedder
 
-        return build_service(settings)
+        if not embedders:
+            embedders.append(settings_embedder(settings))
+        return build_service(settings, embedder=embedders[0])
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[ServiceHolder]:

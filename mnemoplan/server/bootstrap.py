@@ -76,27 +76,30 @@ def recall_config(settings: Settings) -> RecallConfig:
 def build_service(settings: Settings, *, embedder: Embedder | None = None) -> MemoryService:
     """Open the stores under ``settings.data_dir``, repair interrupted writes, wire everything.
 
+    A data directory that cannot be written is opened to read only: no repair, no maintenance,
+    no search log and no LLM extraction (they all write); every write raises ``ReadOnlyData``.
+
     Raises:
         DataDirLocked: another process owns the data directory.
+        ReadOnlyData: it cannot be written, and holds no memories to read.
     """
-    embedder = embedder or make_embedder(
-        settings.embedding_model,
-        batch_size=settings.embedding_batch_size,
-        threads=settings.embedding_threads,
-        precision=settings.embedding_precision,
-    )
+    embedder = embedder or settings_embedder(settings)
     store = MemoryStore(
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
     )  # fmt: skip
-    try:
-        repaired = store.repair()
-    except BaseException:  # the graph's process and the data directory's lock go with the store
-        store.close()
-        raise
-    if repaired:
-        log.warning("repaired %d interrupted write(s)", repaired)
-    store.maintain_if_fragmented()
+    if store.read_only:
+        log.warning("the data directory %s cannot be written to: serving reads only until it can",
+                    settings.data_dir)  # fmt: skip
+    else:
+        try:
+            repaired = store.repair()
+        except BaseException:  # the graph's process and the data directory's lock go with the store
+            store.close()
+            raise
+        if repaired:
+            log.warning("repaired %d interrupted write(s)", repaired)
+        store.maintain_if_fragmented()
     registry = build_registry(store, embedder)
     warm_up_dates()  # 0.1-0.2 s here, not in the first query or message that names a date
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemoplan-step")
@@ -133,14 +136,24 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         deep=deep,
         limits=limits,
         default_user_id=settings.default_user_id,
-        search_log=SearchLog(settings.data_dir / "searches"),
+        search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
     )
-    if client is not None:
+    if client is not None and not store.read_only:
         service.extraction = BackgroundExtraction(
             service.ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
             every=settings.llm_extraction_every,
         )  # fmt: skip
     return service
+
+
+def settings_embedder(settings: Settings) -> Embedder:
+    """The embedder Settings name (its model loads in the background)."""
+    return make_embedder(
+        settings.embedding_model,
+        batch_size=settings.embedding_batch_size,
+        threads=settings.embedding_threads,
+        precision=settings.embedding_precision,
+    )
 
 
 def llm_client(settings: Settings) -> LLMClient | None:
@@ -163,6 +176,7 @@ def deep_config(settings: Settings) -> DeepConfig:
         recency_weight=settings.deep_recency_weight,
         recency_half_life_days=settings.deep_recency_half_life_days,
         rerank_deadline_s=settings.deep_rerank_deadline_s,
+        deadline_s=settings.deep_deadline_s,
     )
 
 

@@ -184,20 +184,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["serve", *(argv or sys.argv[1:])])
-    from mnemoplan.errors import MnemoError
+    from mnemoplan.errors import MnemoError, storage_failure
     from mnemoplan.indexes.graph import GraphError
 
     try:
         return int(args.func(args) or 0)
-    except MnemoError as exc:  # bad input, a locked data directory...: one line, not a traceback
-        print(f"mnemoplan: {exc.to_text()}", file=sys.stderr)
-        return 2
-    except GraphError as exc:  # the graph's process failed: could not start (held elsewhere, say), or died
-        print(f"mnemoplan: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # a data directory that is a file, a full disk, no permission
-        print(f"mnemoplan: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        # Bad input, a locked data directory, a full disk or one that cannot be written (whichever
+        # storage library said so): one line with a hint, not a traceback.
+        failure = exc if isinstance(exc, MnemoError) else storage_failure(exc, args.command)
+        if failure is not None:
+            print(f"mnemoplan: {failure.to_text()}", file=sys.stderr)
+            return 2
+        if isinstance(exc, GraphError):  # the graph's process could not start (held elsewhere), or died
+            print(f"mnemoplan: {exc}", file=sys.stderr)
+            return 1
+        if isinstance(exc, OSError):  # a data directory that is a file, say
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"mnemoplan: {exc.strerror or exc}{where}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

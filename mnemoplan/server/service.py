@@ -6,6 +6,7 @@ exercise the same code paths.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -13,15 +14,15 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
-from mnemoplan.errors import InvalidInput, MnemoError, NotFound, PurgeIncomplete, TooLarge
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
 from mnemoplan.indexes.embedder import Embedder
 from mnemoplan.indexes.ingest import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.indexes.lance_log import sql_in, sql_str
 from mnemoplan.indexes.registry import IndexRegistry
 from mnemoplan.indexes.search_log import SearchLog
-from mnemoplan.indexes.store import MemoryStore
+from mnemoplan.indexes.store import MemoryStore, can_write
 from mnemoplan.model import (
     ExplainPlanResult,
     ForgetReceipt,
@@ -41,6 +42,29 @@ from mnemoplan.planner.recall import RecallPipeline, Scope
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """A service method whose storage failures that the caller can act on (a full disk, a data
+    directory that cannot be written) raise their ``MnemoError`` (see ``errors.storage_failure``)
+    instead of the storage library's own exception, which reached callers as an internal error."""
+
+    def wrap(method: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:
+                failure = storage_failure(exc, doing)
+                if failure is None:
+                    raise
+                log.warning("%s failed: %s", doing, failure.message, exc_info=True)
+                raise failure from exc
+
+        return call
+
+    return wrap
 
 
 def _json_chars(value: Any) -> int:
@@ -101,6 +125,15 @@ class MemoryService:
                                  embed_with_tokens=getattr(embedder, "embed_with_tokens", None))  # fmt: skip
         self.search_log = search_log
 
+    @property
+    def read_only(self) -> bool:
+        """True when the data directory could not be written when the store opened: reads only."""
+        return self.store.read_only
+
+    def writable_now(self) -> bool:
+        """Whether the data directory can be written now (a read-only service is then opened anew)."""
+        return can_write(self.store.data_dir)
+
     # -- argument checks -----------------------------------------------------------------
 
     def _logged(self, tool: str, user: str, query: str, search: Callable[[], T]) -> T:
@@ -154,6 +187,7 @@ class MemoryService:
 
     # -- tools ---------------------------------------------------------------------------
 
+    @storage_errors("remember")
     def remember(
         self,
         *,
@@ -176,7 +210,10 @@ class MemoryService:
         Raises:
             InvalidInput: neither or both of content and messages; bad text or ids.
             TooLarge: text or batch over the limits.
+            ReadOnlyData: the data directory cannot be written.
+            OutOfSpace: its disk is full.
         """
+        self.store.check_writable()
         user = self._user(user_id)
         session = check_scope(session_id, what="session_id")
         project = check_scope(project_id, what="project_id")
@@ -227,6 +264,7 @@ class MemoryService:
             warnings=result.warnings,
         )
 
+    @storage_errors("recall")
     def recall(
         self,
         query: str,
@@ -259,6 +297,7 @@ class MemoryService:
         return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
             query, scope, limit=limit, reference_time=reference_time, options=options, history=history))  # fmt: skip
 
+    @storage_errors("deep_memory_search")
     def deep_search(
         self,
         query: str,
@@ -292,6 +331,7 @@ class MemoryService:
         return self._logged("deep", user, query, lambda: self.deep.run(
             query, scope, max_results=max_results, plan=plan, reference_time=reference_time))  # fmt: skip
 
+    @storage_errors("search")
     def single_index_search(
         self, index: str, query: str, *, user_id: str | None = None, params: dict[str, Any] | None = None
     ) -> list[MemoryItem]:
@@ -304,6 +344,7 @@ class MemoryService:
         query = self._query(query)
         return self.recall_pipeline.single_index(index, query, Scope(user), params or {})
 
+    @storage_errors("forget")
     def forget(
         self,
         *,
@@ -322,10 +363,12 @@ class MemoryService:
         Raises:
             InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
             NotFound: an id that is not one of this user's memories (nothing is deleted).
-            PurgeIncomplete: the records were deleted, but their bytes could not be purged yet;
-                any later forget of the user (the same call, say) finishes the purge.
+            ReadOnlyData: the data directory cannot be written (nothing is deleted).
+            OutOfSpace: its disk is full. Once the records are deleted, a purge that fails for
+                it is no error: the receipt says ``purged`` False, and why, in ``warnings``.
         """
         started = time.perf_counter()
+        self.store.check_writable()
         user = self._user(user_id)
         if bool(ids) == bool(scope):
             raise InvalidInput(
@@ -360,19 +403,21 @@ class MemoryService:
             label = scope
         else:
             raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
+        # The records are deleted: what follows is bookkeeping, whose failure (a full disk) the
+        # receipt reports rather than turning the whole forget into an error.
         gone = None if label == "user" else {*report.ids, *report.finished}
         if self.search_log is not None:
-            report.per_store["search_log"] = self.search_log.forget(user, gone)
+            try:
+                report.per_store["search_log"] = self.search_log.forget(user, gone)
+            except OSError as exc:
+                log.warning("the search log could not be rewritten after a forget", exc_info=True)
+                report.warnings.append(f"The search log could not be rewritten ({exc.strerror or exc}): "
+                                       "it still lists the searches that returned them.")  # fmt: skip
         if self.extraction is not None:
-            self.extraction.forget(user, gone)
-        if report.purge_error:
-            here = f" ({len(report.ids)} removed by this call)" if report.ids else ""
-            raise PurgeIncomplete(
-                f"The records are deleted and out of every search{here}, but purging their bytes from the "
-                "disk failed; the details are in the server log.",
-                hint="Call forget again (the same call will do, though the records are gone): it finishes "
-                "the purge, and its receipt lists them in finished_ids.",
-            )
+            try:
+                self.extraction.forget(user, gone)
+            except OSError:  # only its state file: it is up to date in memory, and stale ids are skipped
+                log.warning("the LLM extraction's state could not be saved after a forget", exc_info=True)
         return ForgetReceipt(
             user_id=user,
             scope=label,
@@ -381,9 +426,11 @@ class MemoryService:
             deleted=report.per_store,
             finished_ids=report.finished[:1000],
             purged=report.purged,
+            warnings=report.warnings,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
+    @storage_errors("explain_plan")
     def explain_plan(self, query: str, *, user_id: str | None = None) -> ExplainPlanResult:
         """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
         user = self._reader(user_id)
