@@ -13,13 +13,16 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import NotificationParams, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
@@ -117,6 +120,41 @@ async def call_service(ctx: Context, fn: Callable[[Any], T]) -> T:
         raise ToolError("[internal_error] Unexpected server error; the details are in the server log.") from None
 
 
+class _ArgumentsAsSent(FuncMetadata):
+    """The SDK's handling of a tool's arguments, except that a string is read as JSON only for an
+    argument that takes a list or an object.
+
+    The SDK parses any string sent for an argument not typed plain ``str`` as JSON first (hosts
+    send lists and objects as JSON text), so an optional ``user_id: "null"`` became None, the
+    server's own user, and ``"[]"`` a list that was refused. A user id, a query or a text is the
+    string the caller sent."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        fields = self.arg_model.model_fields
+        structured = {k: v for k, v in data.items() if k in fields and _takes_structure(fields[k].annotation)}
+        return {**data, **super().pre_parse_json(structured)}
+
+
+def _takes_structure(annotation: Any) -> bool:
+    """Whether an argument takes a list, an object or a model (alone or in a union)."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return any(_is_structure(m) for m in members)
+
+
+def _is_structure(kind: Any) -> bool:
+    return kind in (list, dict) or get_origin(kind) in (list, dict) or (
+        isinstance(kind, type) and issubclass(kind, BaseModel))
+
+
+def build_tool(fn: Callable[..., Any], **options: Any) -> Tool:
+    """The SDK's tool for ``fn``, taking strings as sent (``_ArgumentsAsSent``)."""
+    tool = Tool.from_function(fn, **options)
+    meta = tool.fn_metadata
+    as_sent = _ArgumentsAsSent(arg_model=meta.arg_model, output_schema=meta.output_schema,
+                               output_model=meta.output_model, wrap_output=meta.wrap_output)  # fmt: skip
+    return tool.model_copy(update={"fn_metadata": as_sent})
+
+
 class _MemoryServer(MCPServer):
     """The SDK's server, with arguments that fail the input schema reported as the service's
     own bad input: a code, each field's problem in a line, a hint; not pydantic's dump with
@@ -151,10 +189,18 @@ UserId = Annotated[
 ]
 
 
-def register_tools(mcp: MCPServer) -> None:
-    """Add the five tools to a server."""
+def memory_tools() -> list[Tool]:
+    """The five tools."""
+    tools: list[Tool] = []
 
-    @mcp.tool(
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            tools.append(build_tool(fn, **options))
+            return fn
+
+        return add
+
+    @tool(
         title="Remember",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
@@ -194,7 +240,7 @@ def register_tools(mcp: MCPServer) -> None:
             ),  # fmt: skip
         )
 
-    @mcp.tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def recall(
         ctx: Context,
         query: Annotated[str, Field(description="The question or the user's latest message.")],
@@ -224,7 +270,7 @@ def register_tools(mcp: MCPServer) -> None:
             ),  # fmt: skip
         )
 
-    @mcp.tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def deep_memory_search(
         ctx: Context,
         query: Annotated[str, Field(description="What to find.")],
@@ -248,7 +294,7 @@ def register_tools(mcp: MCPServer) -> None:
             ),  # fmt: skip
         )
 
-    @mcp.tool(
+    @tool(
         title="Forget",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
     )
@@ -269,7 +315,7 @@ def register_tools(mcp: MCPServer) -> None:
             lambda s: s.forget(ids=ids, scope=scope, user_id=user_id, project_id=project_id, session_id=session_id),
         )
 
-    @mcp.tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def explain_plan(
         ctx: Context,
         query: Annotated[str, Field(description="The query to plan.")],
@@ -277,6 +323,8 @@ def register_tools(mcp: MCPServer) -> None:
     ) -> ExplainPlanResult:
         """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
         return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id))
+
+    return tools
 
 
 def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> MCPServer:
@@ -303,8 +351,8 @@ def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> 
         version=__version__,
         lifespan=lifespan,
         log_level=settings.log_level,
+        tools=memory_tools(),
     )
-    register_tools(mcp)
 
     async def on_initialized(ctx: Any, _: Any) -> None:
         ctx.lifespan_context.go()

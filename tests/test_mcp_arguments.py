@@ -1,0 +1,42 @@
+"""Tool arguments over MCP, through the SDK's own client over stdio: each one read as sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import run_with_client
+from tests.test_mcp_stdio import call, texts
+
+
+def test_an_id_or_a_text_is_the_string_sent_even_when_it_looks_like_json(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        await call(client, "remember", content="the default user's spare key is under the mat")
+        assert texts(await call(client, "recall", query="spare key", user_id="null")) == []
+        for user in ("null", "[]", "{}", "true", "1", '"x"'):
+            stored = await call(client, "remember", content=f"note of {user}", user_id=user, session_id="[]",
+                                project_id="{}", speaker="null")  # fmt: skip
+            assert stored["user_id"] == user and stored["session_id"] == "[]"
+            assert texts(await call(client, "recall", query="note", user_id=user)) == [f"note of {user}"]
+        for text in ("null", "[1, 2]", '{"a": 1}', "3"):  # a text is stored verbatim, and searched as sent
+            assert (await call(client, "remember", content=text, user_id="texts"))["stored"] == 1
+            found = await call(client, "recall", query=text, user_id="texts")
+            assert found["query"] == text
+        receipt = await call(client, "forget", scope="user", user_id="null")
+        assert receipt["user_id"] == "null" and receipt["removed"] == 1
+        mine = await call(client, "recall", query="spare key")
+        assert texts(mine) == ["the default user's spare key is under the mat"]
+        # Lists and objects sent as JSON text, as some hosts do, are still read as JSON.
+        stored = await call(client, "remember", user_id="j", session_id="s",
+                            messages=json.dumps([{"content": "tulips came up red", "speaker": "Gail"}]),
+                            metadata='{"source": "chat"}')  # fmt: skip
+        assert stored["stored"] == 1
+        found = await call(client, "recall", query="tulips", user_id="j", options='{"token_budget": 100}',
+                           time_range='{"after": "2000-01-01T00:00:00Z"}')  # fmt: skip
+        assert found["items"][0]["metadata"] == {"source": "chat"}
+        plan = (await call(client, "explain_plan", query="tulips", user_id="j"))["deep_plan"]
+        deep = await call(client, "deep_memory_search", query="tulips", user_id="j", plan=json.dumps(plan))
+        assert [i["text"] for i in deep["items"]][:1] == ["tulips came up red"]
+
+    run_with_client(tmp_path / "data", scenario)
