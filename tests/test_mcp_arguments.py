@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import run_with_client
-from tests.test_mcp_stdio import call, texts
+from tests.test_mcp_stdio import TOOLS, call, error_text, texts
 
 
 def test_an_id_or_a_text_is_the_string_sent_even_when_it_looks_like_json(tmp_path: Path) -> None:
@@ -38,5 +38,28 @@ def test_an_id_or_a_text_is_the_string_sent_even_when_it_looks_like_json(tmp_pat
         plan = (await call(client, "explain_plan", query="tulips", user_id="j"))["deep_plan"]
         deep = await call(client, "deep_memory_search", query="tulips", user_id="j", plan=json.dumps(plan))
         assert [i["text"] for i in deep["items"]][:1] == ["tulips came up red"]
+
+    run_with_client(tmp_path / "data", scenario)
+
+
+def test_every_tool_refuses_an_argument_it_does_not_know(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        for tool in (await client.list_tools()).tools:
+            assert tool.input_schema["additionalProperties"] is False, tool.name
+        calls = [
+            ("remember", {"content": "alice's secret", "userId": "alice"}, "userId", "user_id"),
+            ("recall", {"query": "secret", "limt": 3}, "limt", "limit"),
+            ("deep_memory_search", {"query": "secret", "max_result": 3}, "max_result", "max_results"),
+            ("forget", {"scope": "user", "user": "alice"}, "user", "user_id"),
+            ("explain_plan", {"query": "secret", "query_text": "x"}, "query_text", "query"),
+        ]
+        assert {tool for tool, *_ in calls} == TOOLS
+        for tool, args, unknown, closest in calls:
+            text = await error_text(client, tool, **args)
+            assert text.startswith(f"Error executing tool {tool}: [invalid_input]"), text
+            assert f"{unknown}: no such argument; did you mean {closest}?" in text, text
+        # Nothing was stored or deleted by the refused calls.
+        assert texts(await call(client, "recall", query="secret")) == []
+        assert texts(await call(client, "recall", query="secret", user_id="alice")) == []
 
     run_with_client(tmp_path / "data", scenario)

@@ -8,9 +8,10 @@ traceback and reported without details.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from types import UnionType
@@ -22,7 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import NotificationParams, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
@@ -147,12 +148,16 @@ def _is_structure(kind: Any) -> bool:
 
 
 def build_tool(fn: Callable[..., Any], **options: Any) -> Tool:
-    """The SDK's tool for ``fn``, taking strings as sent (``_ArgumentsAsSent``)."""
+    """The SDK's tool for ``fn``, refusing arguments it does not know (``additionalProperties``
+    is false in its input schema) and taking strings as sent (``_ArgumentsAsSent``)."""
     tool = Tool.from_function(fn, **options)
     meta = tool.fn_metadata
-    as_sent = _ArgumentsAsSent(arg_model=meta.arg_model, output_schema=meta.output_schema,
+    forbid = {"model_config": ConfigDict(extra="forbid"), "__module__": __name__}
+    arguments = type(meta.arg_model.__name__, (meta.arg_model,), forbid)
+    as_sent = _ArgumentsAsSent(arg_model=arguments, output_schema=meta.output_schema,
                                output_model=meta.output_model, wrap_output=meta.wrap_output)  # fmt: skip
-    return tool.model_copy(update={"fn_metadata": as_sent})
+    schema = arguments.model_json_schema(by_alias=True)
+    return tool.model_copy(update={"fn_metadata": as_sent, "parameters": schema})
 
 
 class _MemoryServer(MCPServer):
@@ -160,27 +165,44 @@ class _MemoryServer(MCPServer):
     own bad input: a code, each field's problem in a line, a hint; not pydantic's dump with
     its documentation links."""
 
+    def __init__(self, *args: Any, tools: list[Tool], **kwargs: Any) -> None:
+        super().__init__(*args, tools=tools, **kwargs)
+        self._arguments = {t.name: list(t.parameters.get("properties", {})) for t in tools}
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:  # not a crash (UnexpectedToolError), e.g. of the result's conversion
             if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
                 raise
-            problem = bad_arguments(exc.__cause__).to_text()
+            problem = bad_arguments(exc.__cause__, self._arguments.get(name, [])).to_text()
             raise ToolError(f"Error executing tool {name}: {problem}") from exc.__cause__
 
 
-def bad_arguments(error: ValidationError) -> InvalidInput:
-    """A tool call's schema errors as one InvalidInput: each field with its problem."""
+def bad_arguments(error: ValidationError, arguments: Sequence[str] = ()) -> InvalidInput:
+    """A tool call's schema errors as one InvalidInput: each field with its problem; an argument
+    the tool does not take, with the closest of its ``arguments``."""
     problems = []
     for err in error.errors(include_url=False, include_input=False):
         where = ".".join(str(part) for part in err["loc"]) or "arguments"
-        problems.append(f"{where}: {err['msg'][:1].lower()}{err['msg'][1:]}")
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1 and arguments:
+            problems.append(f"{where}: no such argument; did you mean {_closest(where, arguments)}?")
+        else:
+            problems.append(f"{where}: {err['msg'][:1].lower()}{err['msg'][1:]}")
     return InvalidInput(
         f"{len(problems)} argument(s) do not fit the tool's input schema: " + "; ".join(problems[:10]) + ".",
         hint="Each tool's input schema (tools/list) names its arguments and their types; times are ISO-8601, "
         "e.g. 2024-05-01T14:00:00Z.",
     )
+
+
+def _closest(name: str, arguments: Sequence[str]) -> str:
+    """The argument most like ``name``, ignoring case and separators (``userId`` -> ``user_id``)."""
+
+    def folded(text: str) -> str:
+        return text.lower().replace("_", "").replace("-", "")
+
+    return max(arguments, key=lambda a: difflib.SequenceMatcher(None, folded(name), folded(a)).ratio())
 
 
 UserId = Annotated[
