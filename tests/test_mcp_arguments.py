@@ -63,3 +63,36 @@ def test_every_tool_refuses_an_argument_it_does_not_know(tmp_path: Path) -> None
         assert texts(await call(client, "recall", query="secret", user_id="alice")) == []
 
     run_with_client(tmp_path / "data", scenario)
+
+
+def test_nan_and_infinities_are_refused_wherever_a_number_is_taken(tmp_path: Path) -> None:
+    """Python's JSON (and the SDK's parser) read NaN and Infinity; a host's JSON text can carry them."""
+
+    def with_number(value: Any, where: list[Any], literal: str) -> str:
+        """``value`` as JSON text with ``literal`` (not JSON) at the path ``where``."""
+        value = json.loads(json.dumps(value))
+        inner = value
+        for key in where[:-1]:
+            inner = inner[key]
+        inner[where[-1]] = "@@"
+        return json.dumps(value).replace('"@@"', literal)
+
+    async def scenario(client: Any) -> None:
+        await call(client, "remember", content="tulips came up red in April", user_id="n")
+        plan = (await call(client, "explain_plan", query="tulips", user_id="n"))["deep_plan"]
+        for bad in ("NaN", "Infinity", "-Infinity"):
+            for where in (["analysis", "duration_ms"], ["steps", 0, "weight"]):
+                edited = with_number(plan, where, bad)
+                error = await error_text(client, "deep_memory_search", query="q", user_id="n", plan=edited)
+                assert "[invalid_input]" in error and "finite number" in error, error
+            for args in ({"content": "x", "metadata": with_number({"a": 1}, ["a"], bad)},
+                         {"messages": with_number([{"content": "x", "metadata": {"a": [1, 2]}}],
+                                                  [0, "metadata", "a", 1], bad)}):  # fmt: skip
+                error = await error_text(client, "remember", user_id="n", **args)
+                assert "[invalid_input]" in error and "finite number" in error, error
+            options = with_number({"weights": {"bm25": 1}}, ["weights", "bm25"], bad)
+            error = await error_text(client, "recall", query="tulips", user_id="n", options=options)
+            assert "finite number" in error, error
+        assert texts(await call(client, "recall", query="x", user_id="n")) == []  # nothing stored
+
+    run_with_client(tmp_path / "data", scenario)

@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from mnemoplan.errors import InvalidInput, TooLarge
 
 Kind = Literal["message", "fact", "procedure", "episode"]
+# Free-form JSON kept with a memory: JSON values only, so a model that forbids NaN and the
+# infinities (allow_inf_nan=False) refuses them in it too, instead of storing them as null.
+Metadata = dict[str, JsonValue]
 KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
 
 RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -126,7 +129,7 @@ def check_record_ids(ids: list[str]) -> list[str]:
 class MessageIn(BaseModel):
     """One message or memory to store."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     content: str = Field(description="The text to remember, verbatim.")
     speaker: str | None = Field(None, description="Who said it (a name, or a role such as 'user').")
@@ -140,7 +143,7 @@ class MessageIn(BaseModel):
         ),
     )
     kind: Kind | None = Field(None, description="message (default), fact, procedure or episode.")
-    metadata: dict[str, Any] | None = Field(None, description="Free-form JSON kept with the record.")
+    metadata: Metadata | None = Field(None, description="Free-form JSON kept with the record.")
 
     @field_validator("occurred_at")
     @classmethod

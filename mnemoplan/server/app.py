@@ -34,6 +34,7 @@ from mnemoplan.model import (
     ForgetReceipt,
     Kind,
     MessageIn,
+    Metadata,
     QueryPlan,
     RecallOptions,
     RecallResult,
@@ -149,10 +150,11 @@ def _is_structure(kind: Any) -> bool:
 
 def build_tool(fn: Callable[..., Any], **options: Any) -> Tool:
     """The SDK's tool for ``fn``, refusing arguments it does not know (``additionalProperties``
-    is false in its input schema) and taking strings as sent (``_ArgumentsAsSent``)."""
+    is false in its input schema) and numbers that are not finite (NaN and the infinities are no
+    JSON, though the SDK's parser reads them), and taking strings as sent (``_ArgumentsAsSent``)."""
     tool = Tool.from_function(fn, **options)
     meta = tool.fn_metadata
-    forbid = {"model_config": ConfigDict(extra="forbid"), "__module__": __name__}
+    forbid = {"model_config": ConfigDict(extra="forbid", allow_inf_nan=False), "__module__": __name__}
     arguments = type(meta.arg_model.__name__, (meta.arg_model,), forbid)
     as_sent = _ArgumentsAsSent(arg_model=arguments, output_schema=meta.output_schema,
                                output_model=meta.output_model, wrap_output=meta.wrap_output)  # fmt: skip
@@ -238,7 +240,7 @@ def memory_tools() -> list[Tool]:
         occurred_at: Annotated[datetime | None, Field(description="When it was said (ISO-8601); default now.")] = None,
         kind: Annotated[Kind | None, Field(description="message (default), fact, procedure or episode.")] = None,
         speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
-        metadata: Annotated[dict[str, Any] | None, Field(description="Free-form JSON kept with it.")] = None,
+        metadata: Annotated[Metadata | None, Field(description="Free-form JSON kept with it.")] = None,
         flush: Annotated[bool, Field(description="Extract facts from this session's pending messages now "
                                                  "(with an LLM configured; otherwise every 10 messages).")] = False,
     ) -> RememberResult:
