@@ -96,3 +96,47 @@ def test_nan_and_infinities_are_refused_wherever_a_number_is_taken(tmp_path: Pat
         assert texts(await call(client, "recall", query="x", user_id="n")) == []  # nothing stored
 
     run_with_client(tmp_path / "data", scenario)
+
+
+def test_a_time_without_an_offset_is_utc_for_every_tool(tmp_path: Path) -> None:
+    async def scenario(client: Any) -> None:
+        await call(client, "remember", content="I repotted the fern on the balcony", user_id="t",
+                   occurred_at="2024-04-30T15:00:00")  # fmt: skip
+        await call(client, "remember", content="I bought a fern at the market", user_id="t",
+                   occurred_at="2024-03-01T09:00:00Z")  # fmt: skip
+        query = "What did I do with the fern yesterday?"
+        instants = ("2024-05-01T10:00:00", "2024-05-01T10:00:00Z", "2024-05-01T12:00:00+02:00")  # the same
+        for tool in ("recall", "deep_memory_search"):
+            found = [await call(client, tool, query=query, user_id="t", reference_time=t) for t in instants]
+            first = found[0]["items"]
+            assert first[0]["text"] == "I repotted the fern on the balcony", tool
+            assert first[0]["occurred_at"] == "2024-04-30T15:00:00Z"
+            assert [[i["id"] for i in f["items"]] for f in found[1:]] == [[i["id"] for i in first]] * 2
+        recalled = await call(client, "recall", query=query, user_id="t", reference_time=instants[0])
+        assert recalled["analysis"]["reference_time"] == "2024-05-01T10:00:00Z"
+        window = recalled["analysis"]["time_window"]
+        assert window["start"] == "2024-04-30T00:00:00Z" and window["end"] == "2024-05-01T00:00:00Z"
+        # A caller's plan with times without offsets runs the same.
+        plan = (await call(client, "explain_plan", query=query, user_id="t"))["deep_plan"]
+        plan["analysis"].update(reference_time="2024-05-01T10:00:00",
+                                time_window={"start": "2024-04-30T00:00:00", "end": "2024-05-01T00:00:00"})
+        deep = await call(client, "deep_memory_search", query=query, user_id="t", plan=plan,
+                          reference_time="2024-05-01T10:00:00",
+                          time_range={"after": "2024-04-01T00:00:00"})  # fmt: skip
+        assert [i["text"] for i in deep["items"]] == ["I repotted the fern on the balcony"]
+
+    run_with_client(tmp_path / "data", scenario)
+
+
+def test_a_time_without_an_offset_is_utc_for_the_service_too(service: Any) -> None:
+    from datetime import UTC, datetime
+
+    service.remember(content="I repotted the fern on the balcony", user_id="t",
+                     occurred_at=datetime(2024, 4, 30, 15, tzinfo=UTC))  # fmt: skip
+    query = "What did I do with the fern yesterday?"
+    naive, aware = datetime(2024, 5, 1, 10), datetime(2024, 5, 1, 10, tzinfo=UTC)
+    recalled = service.recall(query, user_id="t", reference_time=naive)
+    again = service.recall(query, user_id="t", reference_time=aware)
+    assert [i.id for i in recalled.items] == [i.id for i in again.items]
+    deep = service.deep_search(query, user_id="t", reference_time=naive)
+    assert [i.text for i in deep.items] == ["I repotted the fern on the balcony"]

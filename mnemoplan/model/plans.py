@@ -7,10 +7,11 @@ caller sends is finite: NaN and the infinities are no JSON numbers, and no weigh
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mnemoplan.model.records import UtcDatetime
 
 AnswerType = Literal["text", "yes_no", "number", "date", "list"]
 CombinationStrategy = Literal["rrf", "weighted_union", "sequential_filter"]
@@ -36,8 +37,8 @@ class TimeWindow(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    start: datetime | None = None
-    end: datetime | None = None
+    start: UtcDatetime | None = None
+    end: UtcDatetime | None = None
     expression: str = Field("", description="The words that produced the window.")
     relation: Literal["within", "before", "after"] = "within"
     anchor: str = Field("", description="An event the window is relative to ('the wedding'), found in memory.")
@@ -56,7 +57,7 @@ class QueryAnalysis(BaseModel):
     time_window: TimeWindow | None = None
     answer_type: AnswerType = "text"
     entity_type: str = Field("", description="For aggregation questions: the kind of entity asked for.")
-    reference_time: datetime | None = None
+    reference_time: UtcDatetime | None = None
     duration_ms: float = 0.0
 
 

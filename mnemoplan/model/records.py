@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from mnemoplan.errors import InvalidInput, TooLarge
 
@@ -57,6 +57,11 @@ def as_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+# A time a caller sends: one without an offset is UTC, wherever it enters (a tool's argument,
+# a message, a time range, a plan), so that every path compares it with the log's aware times.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 def check_text(
@@ -133,7 +138,7 @@ class MessageIn(BaseModel):
 
     content: str = Field(description="The text to remember, verbatim.")
     speaker: str | None = Field(None, description="Who said it (a name, or a role such as 'user').")
-    occurred_at: datetime | None = Field(
+    occurred_at: UtcDatetime | None = Field(
         None, description="When it was said or happened (ISO-8601); defaults to the call's occurred_at, else now."
     )
     source_id: str | None = Field(
@@ -145,24 +150,14 @@ class MessageIn(BaseModel):
     kind: Kind | None = Field(None, description="message (default), fact, procedure or episode.")
     metadata: Metadata | None = Field(None, description="Free-form JSON kept with the record.")
 
-    @field_validator("occurred_at")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
-
 
 class TimeRange(BaseModel):
     """A window on when things happened. Either bound may be omitted."""
 
     model_config = ConfigDict(extra="forbid")
 
-    after: datetime | None = Field(None, description="Only things that happened at or after this instant.")
-    before: datetime | None = Field(None, description="Only things that happened before this instant.")
-
-    @field_validator("after", "before")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
+    after: UtcDatetime | None = Field(None, description="Only things that happened at or after this instant.")
+    before: UtcDatetime | None = Field(None, description="Only things that happened before this instant.")
 
     def checked(self) -> TimeRange:
         """Return self after checking the bounds are in order.

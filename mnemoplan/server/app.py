@@ -13,7 +13,6 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -40,6 +39,7 @@ from mnemoplan.model import (
     RecallResult,
     RememberResult,
     TimeRange,
+    UtcDatetime,
 )
 
 log = logging.getLogger(__name__)
@@ -237,7 +237,10 @@ def memory_tools() -> list[Tool]:
         user_id: UserId = None,
         session_id: Annotated[str | None, Field(description="Conversation or session the messages belong to.")] = None,
         project_id: Annotated[str | None, Field(description="Project scope, if any.")] = None,
-        occurred_at: Annotated[datetime | None, Field(description="When it was said (ISO-8601); default now.")] = None,
+        occurred_at: Annotated[
+            UtcDatetime | None,
+            Field(description="When it was said (ISO-8601, UTC if no offset); default now."),
+        ] = None,
         kind: Annotated[Kind | None, Field(description="message (default), fact, procedure or episode.")] = None,
         speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
         metadata: Annotated[Metadata | None, Field(description="Free-form JSON kept with it.")] = None,
@@ -273,7 +276,7 @@ def memory_tools() -> list[Tool]:
         project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
         time_range: Annotated[TimeRange | None, Field(description="Only memories from this window.")] = None,
         reference_time: Annotated[
-            datetime | None, Field(description="'Now' for relative times in the query (default: now).")
+            UtcDatetime | None, Field(description="'Now' for relative times in the query (default: now).")
         ] = None,
         history: Annotated[
             list[str] | None,
@@ -307,7 +310,9 @@ def memory_tools() -> list[Tool]:
             QueryPlan | None, Field(description="A plan from explain_plan, possibly edited; run exactly as given.")
         ] = None,
         project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
-        reference_time: Annotated[datetime | None, Field(description="'Now' for relative times in the query.")] = None,
+        reference_time: Annotated[
+            UtcDatetime | None, Field(description="'Now' for relative times in the query (UTC if no offset).")
+        ] = None,
     ) -> DeepSearchResult:
         """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
         return await call_service(
