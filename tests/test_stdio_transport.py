@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from tests.conftest import server_env
+from tests.conftest import run_with_client, server_env
+from tests.test_mcp_stdio import texts
 
 ANSWER_TIMEOUT_S = 60.0  # only reached when an answer never comes
 
@@ -82,3 +84,25 @@ def test_every_request_the_sdk_cannot_read_gets_an_error_with_a_code(raw: RawCli
     stored = raw.call(8, "remember", '{"content": "the server goes on", "user_id": "raw"}')
     assert stored and stored["id"] == 8 and not stored["result"].get("isError")
 
+
+def test_metadata_is_kept_shallow_enough_for_its_answers_to_be_read(tmp_path: Path) -> None:
+    """Metadata nested near the SDK's parser limit was stored, and every recall that returned it
+    was an answer the caller's SDK could not read: the call never ended."""
+
+    def nested(depth: int) -> dict[str, Any]:
+        return {"a": json.loads("[" * (depth - 1) + "]" * (depth - 1))}
+
+    async def scenario(client: Any) -> None:
+        with anyio.fail_after(ANSWER_TIMEOUT_S):
+            result = await client.call_tool("remember", {"content": "a deep note", "user_id": "m",
+                                                         "metadata": nested(196)})  # fmt: skip
+            assert result.is_error and "nested more than 32 levels deep" in result.content[0].text
+            result = await client.call_tool("recall", {"query": "deep note", "user_id": "m"})
+            assert texts(result.structured_content) == []
+            result = await client.call_tool("remember", {"content": "a deep note", "user_id": "m",
+                                                         "metadata": nested(32)})  # fmt: skip
+            assert not result.is_error
+            result = await client.call_tool("recall", {"query": "deep note", "user_id": "m"})
+            assert result.structured_content["items"][0]["metadata"] == nested(32)
+
+    run_with_client(tmp_path / "data", scenario)

@@ -12,9 +12,26 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 from mnemoplan.errors import InvalidInput, TooLarge
 
 Kind = Literal["message", "fact", "procedure", "episode"]
+METADATA_DEPTH = 32  # levels of nesting in a memory's metadata
+
+
+def _shallow(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` if it nests at most METADATA_DEPTH levels: a memory's metadata comes back inside
+    tool results, and a reply nested past the MCP SDK's JSON parser (200 levels) never reaches
+    the caller."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > METADATA_DEPTH:
+            raise ValueError(f"nested more than {METADATA_DEPTH} levels deep")
+        inner = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in inner if isinstance(child, dict | list))
+    return value
+
+
 # Free-form JSON kept with a memory: JSON values only, so a model that forbids NaN and the
 # infinities (allow_inf_nan=False) refuses them in it too, instead of storing them as null.
-Metadata = dict[str, JsonValue]
+Metadata = Annotated[dict[str, JsonValue], AfterValidator(_shallow)]
 KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
 
 RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")

@@ -144,6 +144,8 @@ def _takes_structure(annotation: Any) -> bool:
 
 
 def _is_structure(kind: Any) -> bool:
+    if get_origin(kind) is Annotated:
+        return _is_structure(get_args(kind)[0])
     return kind in (list, dict) or get_origin(kind) in (list, dict) or (
         isinstance(kind, type) and issubclass(kind, BaseModel))
 
