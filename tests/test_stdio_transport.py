@@ -1,19 +1,24 @@
-"""`mnemoplan serve` over stdio, spoken to line by line: every request gets an answer."""
+"""`mnemoplan serve` over stdio, spoken to line by line (every request gets an answer) or from a terminal."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import select
 import subprocess
 import sys
-from collections.abc import Iterator
+import termios
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from tests.conftest import run_with_client, server_env
+from tests.conftest import make_service, run_with_client, server_env
 from tests.test_mcp_stdio import texts
 
 ANSWER_TIMEOUT_S = 60.0  # only reached when an answer never comes
@@ -106,3 +111,74 @@ def test_metadata_is_kept_shallow_enough_for_its_answers_to_be_read(tmp_path: Pa
             assert result.structured_content["items"][0]["metadata"] == nested(32)
 
     run_with_client(tmp_path / "data", scenario)
+
+
+class Terminal:
+    """`mnemoplan serve` in a pseudo-terminal of its own, as a person starts it from a shell."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mnemoplan.server.cli", "serve"], stdin=slave, stdout=slave, stderr=slave,
+            env=server_env(data_dir), start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # the terminal's keys signal it
+        )  # fmt: skip
+        os.close(slave)
+        self.output = b""
+
+    def read_until(self, done: Callable[[], bool]) -> bool:
+        """Read what the terminal shows until ``done()``, the terminal closes, or the time is up;
+        whether it closed (every process, the server's children too, has let go of it)."""
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while not done() and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.master], [], [], max(0.0, deadline - time.monotonic()))
+            try:
+                chunk = os.read(self.master, 65536) if ready else b""
+            except OSError:  # EIO: the terminal is closed
+                return True
+            if not chunk and ready:
+                return True
+            self.output += chunk
+        return False
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        os.close(self.master)
+
+
+@pytest.mark.parametrize("serving", [False, True], ids=["at-once", "serving"])
+@pytest.mark.parametrize(("key", "exit_code"), [(b"\x03", 130), (b"\x04", 0)], ids=["ctrl-c", "ctrl-d"])
+def test_serve_in_a_terminal_says_it_waits_for_a_client_and_stops_on_ctrl_c_or_ctrl_d(
+    tmp_path: Path, key: bytes, exit_code: int, serving: bool
+) -> None:
+    terminal = Terminal(tmp_path / "data")
+    try:
+        terminal.read_until(lambda: b"waiting for an MCP client" in terminal.output)
+        assert b"waiting for an MCP client" in terminal.output, terminal.output
+        assert b"Ctrl-C" in terminal.output and b"Ctrl-D" in terminal.output
+        if serving:  # a client, typed in: the server answers, then waits on stdin again
+            client = {"name": "tty", "version": "0"}
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+            remember = {"name": "remember", "arguments": {"content": "typed in a terminal", "user_id": "tty"}}
+            for message in ({"id": 1, "method": "initialize", "params": hello},
+                            {"method": "notifications/initialized"},
+                            {"id": 2, "method": "tools/call", "params": remember}):  # fmt: skip
+                os.write(terminal.master, json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            terminal.read_until(lambda: b'"stored":1' in terminal.output.replace(b" ", b""))
+            assert b'"stored":1' in terminal.output.replace(b" ", b""), terminal.output
+        os.write(terminal.master, key)
+        closed = terminal.read_until(lambda: False)
+        shown = terminal.output.decode(errors="replace")
+        assert closed, f"a process still holds the terminal: {shown}"  # the graph's child process, say
+        assert terminal.proc.wait(timeout=ANSWER_TIMEOUT_S) == exit_code, shown
+        assert "Traceback" not in shown, shown
+    finally:
+        terminal.close()
+    if serving:  # stopped cleanly: the stores open again, with what was stored
+        service = make_service(tmp_path / "data")
+        try:
+            assert [i.text for i in service.recall("typed", user_id="tty").items] == ["typed in a terminal"]
+        finally:
+            service.close()

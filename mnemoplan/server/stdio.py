@@ -9,20 +9,25 @@ so the caller waits for a reply that never comes. Two causes are mended here:
   message is answered and stored, with one replacement character where the broken half was.
 - Any other line the SDK refuses (not JSON, a request whose params are not an object, one
   nested deeper than its parser's 200 levels) gets a JSON-RPC error, with the request's id.
+
+stdin is read by a daemon thread, not the SDK's AnyIO worker thread: cancelling the server
+(Ctrl-C) would wait for that thread's read, which in a terminal ends only with a line.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-import sys
+import threading
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import suppress
-from io import TextIOWrapper
 from typing import Any
 
 import anyio
 import ijson
+from anyio import from_thread
+from anyio.lowlevel import current_token
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
@@ -152,18 +157,36 @@ class _Lines:
             await self._answers.send(SessionMessage(answer))
 
 
-class _UnownedTextWrapper(TextIOWrapper):
-    """A text layer over stdin's buffer that never closes the buffer itself."""
+async def stdin_lines(fd: int = 0) -> AsyncIterator[str]:
+    """The lines of ``fd`` (stdin), decoded as the SDK decodes them (invalid UTF-8 replaced).
 
-    def close(self) -> None:
-        with suppress(ValueError):
-            self.detach()
+    A daemon thread reads them from a duplicate of the descriptor: a read blocked in a terminal
+    then keeps neither Ctrl-C from stopping the server nor the process from exiting, and the
+    thread never holds the lock of ``sys.stdin``'s buffer, which the interpreter takes on exit.
+    """
+    try:
+        source = open(os.dup(fd), encoding="utf-8", errors="replace")  # noqa: SIM115 (the thread closes it)
+    except OSError:  # no stdin at all: as if it were empty
+        return
+    send, receive = anyio.create_memory_object_stream[str](0)
+    token = current_token()
+
+    def pump() -> None:
+        # BrokenResourceError: the server stopped reading; RunFinishedError: the event loop is gone.
+        with source, suppress(anyio.BrokenResourceError, anyio.RunFinishedError):
+            for line in source:
+                from_thread.run(send.send, line, token=token)
+            from_thread.run_sync(send.close, token=token)
+
+    threading.Thread(target=pump, name="mnemoplan-stdin", daemon=True).start()
+    async with receive:
+        async for line in receive:
+            yield line
 
 
 async def serve_stdio(app: MCPServer) -> None:
     """Run ``app`` over stdin/stdout until stdin closes."""
-    text = _UnownedTextWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-    stdin = _Lines(anyio.wrap_file(text))
+    stdin = _Lines(stdin_lines())
     async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
         stdin.answer_with(write_stream)
         # MCPServer.run_stdio_async does the same with the SDK's own stdin reader.
