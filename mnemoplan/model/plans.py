@@ -1,15 +1,17 @@
 """How a query is understood and answered: analyses, plans and index descriptors.
 
 Plans are data. A named plan (a "recipe") is frozen; a planner that wants a variant
-makes a copy with ``model_copy(update=...)`` instead of editing a shared object.
+makes a copy with ``model_copy(update=...)`` instead of editing a shared object. A number a
+caller sends is finite: NaN and the infinities are no JSON numbers, and no weight or score.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mnemoplan.model.records import UtcDatetime
 
 AnswerType = Literal["text", "yes_no", "number", "date", "list"]
 CombinationStrategy = Literal["rrf", "weighted_union", "sequential_filter"]
@@ -20,7 +22,7 @@ ParamType = Literal["string", "integer", "number", "boolean", "datetime", "strin
 class EntityRef(BaseModel):
     """An entity named in a query and, when known, the user's entity it resolves to."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     key: str = Field(description="Normalised key (lowercase, accents and punctuation folded).")
     name: str = Field(description="The name as the user's memory knows it, else as written.")
@@ -35,8 +37,8 @@ class TimeWindow(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    start: datetime | None = None
-    end: datetime | None = None
+    start: UtcDatetime | None = None
+    end: UtcDatetime | None = None
     expression: str = Field("", description="The words that produced the window.")
     relation: Literal["within", "before", "after"] = "within"
     anchor: str = Field("", description="An event the window is relative to ('the wedding'), found in memory.")
@@ -45,7 +47,7 @@ class TimeWindow(BaseModel):
 class QueryAnalysis(BaseModel):
     """What the deterministic analyzer understood of a query (same query, same analysis)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     query: str
     intent: Literal["smalltalk", "lookup", "aggregation", "broad", "temporal"] = "lookup"
@@ -55,14 +57,14 @@ class QueryAnalysis(BaseModel):
     time_window: TimeWindow | None = None
     answer_type: AnswerType = "text"
     entity_type: str = Field("", description="For aggregation questions: the kind of entity asked for.")
-    reference_time: datetime | None = None
+    reference_time: UtcDatetime | None = None
     duration_ms: float = 0.0
 
 
 class PlanStep(BaseModel):
     """One index query of a plan."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     step_id: str = Field(description="Unique within the plan, e.g. 's1'.")
     index: str = Field(description="Name of a registered index (see explain_plan's indexes).")
@@ -81,7 +83,7 @@ class PlanStep(BaseModel):
 class QueryPlan(BaseModel):
     """A plan: which indexes to query, with what, and how to combine the results."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field("custom", description="The recipe it came from, or 'custom'.")
     query: str
@@ -126,7 +128,7 @@ class IndexDescriptor(BaseModel):
 class RecallOptions(BaseModel):
     """Safe per-call overrides of recall's defaults."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     weights: dict[str, float] | None = Field(
         None, description="Fusion weight per index, e.g. {\"bm25\": 0.7, \"semantic\": 0.3} (each 0-5)."

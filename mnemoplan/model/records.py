@@ -5,13 +5,33 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from mnemoplan.errors import InvalidInput, TooLarge
 
 Kind = Literal["message", "fact", "procedure", "episode"]
+METADATA_DEPTH = 32  # levels of nesting in a memory's metadata
+
+
+def _shallow(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` if it nests at most METADATA_DEPTH levels: a memory's metadata comes back inside
+    tool results, and a reply nested past the MCP SDK's JSON parser (200 levels) never reaches
+    the caller."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > METADATA_DEPTH:
+            raise ValueError(f"nested more than {METADATA_DEPTH} levels deep")
+        inner = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in inner if isinstance(child, dict | list))
+    return value
+
+
+# Free-form JSON kept with a memory: JSON values only, so a model that forbids NaN and the
+# infinities (allow_inf_nan=False) refuses them in it too, instead of storing them as null.
+Metadata = Annotated[dict[str, JsonValue], AfterValidator(_shallow)]
 KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
 
 RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -54,6 +74,11 @@ def as_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+# A time a caller sends: one without an offset is UTC, wherever it enters (a tool's argument,
+# a message, a time range, a plan), so that every path compares it with the log's aware times.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 def check_text(
@@ -126,11 +151,11 @@ def check_record_ids(ids: list[str]) -> list[str]:
 class MessageIn(BaseModel):
     """One message or memory to store."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     content: str = Field(description="The text to remember, verbatim.")
     speaker: str | None = Field(None, description="Who said it (a name, or a role such as 'user').")
-    occurred_at: datetime | None = Field(
+    occurred_at: UtcDatetime | None = Field(
         None, description="When it was said or happened (ISO-8601); defaults to the call's occurred_at, else now."
     )
     source_id: str | None = Field(
@@ -140,12 +165,7 @@ class MessageIn(BaseModel):
         ),
     )
     kind: Kind | None = Field(None, description="message (default), fact, procedure or episode.")
-    metadata: dict[str, Any] | None = Field(None, description="Free-form JSON kept with the record.")
-
-    @field_validator("occurred_at")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
+    metadata: Metadata | None = Field(None, description="Free-form JSON kept with the record.")
 
 
 class TimeRange(BaseModel):
@@ -153,13 +173,8 @@ class TimeRange(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    after: datetime | None = Field(None, description="Only things that happened at or after this instant.")
-    before: datetime | None = Field(None, description="Only things that happened before this instant.")
-
-    @field_validator("after", "before")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
+    after: UtcDatetime | None = Field(None, description="Only things that happened at or after this instant.")
+    before: UtcDatetime | None = Field(None, description="Only things that happened before this instant.")
 
     def checked(self) -> TimeRange:
         """Return self after checking the bounds are in order.

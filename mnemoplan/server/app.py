@@ -8,18 +8,21 @@ traceback and reported without details.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import NotificationParams, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
@@ -30,11 +33,13 @@ from mnemoplan.model import (
     ForgetReceipt,
     Kind,
     MessageIn,
+    Metadata,
     QueryPlan,
     RecallOptions,
     RecallResult,
     RememberResult,
     TimeRange,
+    UtcDatetime,
 )
 
 log = logging.getLogger(__name__)
@@ -194,10 +199,56 @@ async def call_service(ctx: Context, fn: Callable[[Any], T]) -> T:
         raise ToolError("[internal_error] Unexpected server error; the details are in the server log.") from None
 
 
+class _ArgumentsAsSent(FuncMetadata):
+    """The SDK's handling of a tool's arguments, except that a string is read as JSON only for an
+    argument that takes a list or an object.
+
+    The SDK parses any string sent for an argument not typed plain ``str`` as JSON first (hosts
+    send lists and objects as JSON text), so an optional ``user_id: "null"`` became None, the
+    server's own user, and ``"[]"`` a list that was refused. A user id, a query or a text is the
+    string the caller sent."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        fields = self.arg_model.model_fields
+        structured = {k: v for k, v in data.items() if k in fields and _takes_structure(fields[k].annotation)}
+        return {**data, **super().pre_parse_json(structured)}
+
+
+def _takes_structure(annotation: Any) -> bool:
+    """Whether an argument takes a list, an object or a model (alone or in a union)."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return any(_is_structure(m) for m in members)
+
+
+def _is_structure(kind: Any) -> bool:
+    if get_origin(kind) is Annotated:
+        return _is_structure(get_args(kind)[0])
+    return kind in (list, dict) or get_origin(kind) in (list, dict) or (
+        isinstance(kind, type) and issubclass(kind, BaseModel))
+
+
+def build_tool(fn: Callable[..., Any], **options: Any) -> Tool:
+    """The SDK's tool for ``fn``, refusing arguments it does not know (``additionalProperties``
+    is false in its input schema) and numbers that are not finite (NaN and the infinities are no
+    JSON, though the SDK's parser reads them), and taking strings as sent (``_ArgumentsAsSent``)."""
+    tool = Tool.from_function(fn, **options)
+    meta = tool.fn_metadata
+    forbid = {"model_config": ConfigDict(extra="forbid", allow_inf_nan=False), "__module__": __name__}
+    arguments = type(meta.arg_model.__name__, (meta.arg_model,), forbid)
+    as_sent = _ArgumentsAsSent(arg_model=arguments, output_schema=meta.output_schema,
+                               output_model=meta.output_model, wrap_output=meta.wrap_output)  # fmt: skip
+    schema = arguments.model_json_schema(by_alias=True)
+    return tool.model_copy(update={"fn_metadata": as_sent, "parameters": schema})
+
+
 class _MemoryServer(MCPServer):
     """The SDK's server, with arguments that fail the input schema reported as the service's
     own bad input: a code, each field's problem in a line, a hint; not pydantic's dump with
     its documentation links."""
+
+    def __init__(self, *args: Any, tools: list[Tool], **kwargs: Any) -> None:
+        super().__init__(*args, tools=tools, **kwargs)
+        self._arguments = {t.name: list(t.parameters.get("properties", {})) for t in tools}
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -205,21 +256,34 @@ class _MemoryServer(MCPServer):
         except ToolError as exc:  # not a crash (UnexpectedToolError), e.g. of the result's conversion
             if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
                 raise
-            problem = bad_arguments(exc.__cause__).to_text()
+            problem = bad_arguments(exc.__cause__, self._arguments.get(name, [])).to_text()
             raise ToolError(f"Error executing tool {name}: {problem}") from exc.__cause__
 
 
-def bad_arguments(error: ValidationError) -> InvalidInput:
-    """A tool call's schema errors as one InvalidInput: each field with its problem."""
+def bad_arguments(error: ValidationError, arguments: Sequence[str] = ()) -> InvalidInput:
+    """A tool call's schema errors as one InvalidInput: each field with its problem; an argument
+    the tool does not take, with the closest of its ``arguments``."""
     problems = []
     for err in error.errors(include_url=False, include_input=False):
         where = ".".join(str(part) for part in err["loc"]) or "arguments"
-        problems.append(f"{where}: {err['msg'][:1].lower()}{err['msg'][1:]}")
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1 and arguments:
+            problems.append(f"{where}: no such argument; did you mean {_closest(where, arguments)}?")
+        else:
+            problems.append(f"{where}: {err['msg'][:1].lower()}{err['msg'][1:]}")
     return InvalidInput(
         f"{len(problems)} argument(s) do not fit the tool's input schema: " + "; ".join(problems[:10]) + ".",
         hint="Each tool's input schema (tools/list) names its arguments and their types; times are ISO-8601, "
         "e.g. 2024-05-01T14:00:00Z.",
     )
+
+
+def _closest(name: str, arguments: Sequence[str]) -> str:
+    """The argument most like ``name``, ignoring case and separators (``userId`` -> ``user_id``)."""
+
+    def folded(text: str) -> str:
+        return text.lower().replace("_", "").replace("-", "")
+
+    return max(arguments, key=lambda a: difflib.SequenceMatcher(None, folded(name), folded(a)).ratio())
 
 
 UserId = Annotated[
@@ -228,10 +292,18 @@ UserId = Annotated[
 ]
 
 
-def register_tools(mcp: MCPServer) -> None:
-    """Add the five tools to a server."""
+def memory_tools() -> list[Tool]:
+    """The five tools."""
+    tools: list[Tool] = []
 
-    @mcp.tool(
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            tools.append(build_tool(fn, **options))
+            return fn
+
+        return add
+
+    @tool(
         title="Remember",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
@@ -244,10 +316,13 @@ def register_tools(mcp: MCPServer) -> None:
         user_id: UserId = None,
         session_id: Annotated[str | None, Field(description="Conversation or session the messages belong to.")] = None,
         project_id: Annotated[str | None, Field(description="Project scope, if any.")] = None,
-        occurred_at: Annotated[datetime | None, Field(description="When it was said (ISO-8601); default now.")] = None,
+        occurred_at: Annotated[
+            UtcDatetime | None,
+            Field(description="When it was said (ISO-8601, UTC if no offset); default now."),
+        ] = None,
         kind: Annotated[Kind | None, Field(description="message (default), fact, procedure or episode.")] = None,
         speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
-        metadata: Annotated[dict[str, Any] | None, Field(description="Free-form JSON kept with it.")] = None,
+        metadata: Annotated[Metadata | None, Field(description="Free-form JSON kept with it.")] = None,
         flush: Annotated[bool, Field(description="Extract facts from this session's pending messages now "
                                                  "(with an LLM configured; otherwise every 10 messages).")] = False,
     ) -> RememberResult:
@@ -271,7 +346,7 @@ def register_tools(mcp: MCPServer) -> None:
             ),  # fmt: skip
         )
 
-    @mcp.tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def recall(
         ctx: Context,
         query: Annotated[str, Field(description="The question or the user's latest message.")],
@@ -280,7 +355,7 @@ def register_tools(mcp: MCPServer) -> None:
         project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
         time_range: Annotated[TimeRange | None, Field(description="Only memories from this window.")] = None,
         reference_time: Annotated[
-            datetime | None, Field(description="'Now' for relative times in the query (default: now).")
+            UtcDatetime | None, Field(description="'Now' for relative times in the query (default: now).")
         ] = None,
         history: Annotated[
             list[str] | None,
@@ -301,7 +376,7 @@ def register_tools(mcp: MCPServer) -> None:
             ),  # fmt: skip
         )
 
-    @mcp.tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def deep_memory_search(
         ctx: Context,
         query: Annotated[str, Field(description="What to find.")],
@@ -314,7 +389,9 @@ def register_tools(mcp: MCPServer) -> None:
             QueryPlan | None, Field(description="A plan from explain_plan, possibly edited; run exactly as given.")
         ] = None,
         project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
-        reference_time: Annotated[datetime | None, Field(description="'Now' for relative times in the query.")] = None,
+        reference_time: Annotated[
+            UtcDatetime | None, Field(description="'Now' for relative times in the query (UTC if no offset).")
+        ] = None,
     ) -> DeepSearchResult:
         """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
         return await call_service(
@@ -325,7 +402,7 @@ def register_tools(mcp: MCPServer) -> None:
             ),  # fmt: skip
         )
 
-    @mcp.tool(
+    @tool(
         title="Forget",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
     )
@@ -346,7 +423,7 @@ def register_tools(mcp: MCPServer) -> None:
             lambda s: s.forget(ids=ids, scope=scope, user_id=user_id, project_id=project_id, session_id=session_id),
         )
 
-    @mcp.tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
+    @tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def explain_plan(
         ctx: Context,
         query: Annotated[str, Field(description="The query to plan.")],
@@ -354,6 +431,8 @@ def register_tools(mcp: MCPServer) -> None:
     ) -> ExplainPlanResult:
         """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
         return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id))
+
+    return tools
 
 
 def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> MCPServer:
@@ -384,8 +463,8 @@ def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> 
         version=__version__,
         lifespan=lifespan,
         log_level=settings.log_level,
+        tools=memory_tools(),
     )
-    register_tools(mcp)
 
     async def on_initialized(ctx: Any, _: Any) -> None:
         ctx.lifespan_context.go()

@@ -52,24 +52,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(settings.log_level, settings.log_file)
     from mnemoplan.server.app import create_app
 
-    where = (
-        f"http://{settings.http_host}:{settings.http_port}/mcp" if settings.transport == "http" else "stdio"
-    )
-    print(
-        f"mnemoplan {__version__}: memory in {settings.data_dir} (default user {settings.default_user_id!r}); "
-        f"MCP over {where}",
-        file=sys.stderr,
-        flush=True,
-    )
-    app = create_app(settings)
     if settings.transport == "http":
-        app.run("streamable-http", host=settings.http_host, port=settings.http_port)
-    else:
-        import anyio
+        where = f"MCP over http://{settings.http_host}:{settings.http_port}/mcp"
+    else:  # in a terminal, what looks like a prompt is a server waiting for its client
+        where = "MCP over stdio: waiting for an MCP client on stdin"
+        if sys.stdin is not None and sys.stdin.isatty():
+            where += " (this is no prompt; Ctrl-C or Ctrl-D stops the server)"
+    try:
+        memory = f"memory in {settings.data_dir} (default user {settings.default_user_id!r})"
+        print(f"mnemoplan {__version__}: {memory}; {where}", file=sys.stderr, flush=True)
+        app = create_app(settings)
+        if settings.transport == "http":
+            app.run("streamable-http", host=settings.http_host, port=settings.http_port)
+        else:
+            import anyio
 
-        from mnemoplan.server.stdio import serve_stdio
+            from mnemoplan.server.stdio import serve_stdio
 
-        anyio.run(serve_stdio, app)
+            anyio.run(serve_stdio, app)
+    except KeyboardInterrupt:  # Ctrl-C: what the server opened, it closed on its way out
+        print("mnemoplan: stopped (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
     return 0
 
 

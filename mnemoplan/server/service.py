@@ -33,6 +33,7 @@ from mnemoplan.model import (
     RecallResult,
     RememberResult,
     TimeRange,
+    as_utc,
     check_record_ids,
     check_scope,
     check_text,
@@ -294,8 +295,9 @@ class MemoryService:
         for i, turn in enumerate(history or []):
             check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars,
                        hint="Send the turn shortened, or raise MNEMOPLAN_MAX_TEXT_CHARS.")
+        now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
         return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
-            query, scope, limit=limit, reference_time=reference_time, options=options, history=history))  # fmt: skip
+            query, scope, limit=limit, reference_time=now, options=options, history=history))  # fmt: skip
 
     @storage_errors("deep_memory_search")
     def deep_search(
@@ -328,8 +330,9 @@ class MemoryService:
             )
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
         return self._logged("deep", user, query, lambda: self.deep.run(
-            query, scope, max_results=max_results, plan=plan, reference_time=reference_time))  # fmt: skip
+            query, scope, max_results=max_results, plan=plan, reference_time=now))  # fmt: skip
 
     @storage_errors("search")
     def single_index_search(
