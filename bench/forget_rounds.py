@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "MNEMOPLAN_DATA_DIR": str(data), "ANTHROPIC_API_KEY": "", "LANCE_LOG": "error"}
     if args.embedding_model:
         env["MNEMOPLAN_EMBEDDING_MODEL"] = args.embedding_model
-    serve = ["-m", "mnemoplan.server.cli", "serve"]
+    serve = ["-m", "mnemoplan", "serve"]
     params = StdioServerParameters(command=sys.executable, args=serve, env=env)
     scans: dict[str, dict[str, list[str]]] = {}
 

@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from mnemoplan.config import Settings
-from mnemoplan.server.bootstrap import build_service
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.bootstrap import build_service
+from mnemoplan.service.service import MemoryService
 
 os.environ.setdefault("LANCE_LOG", "error")
 
@@ -50,7 +50,7 @@ def run_with_client(data_dir: Path, scenario: Callable[[Any], Awaitable[Any]], *
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "mnemoplan.server.cli", "serve"],
+        args=["-m", "mnemoplan", "serve"],
         env=server_env(data_dir, **env),
     )
 

@@ -12,7 +12,7 @@ import pytest
 from mnemoplan.bench.datasets import normalise_locomo_evidence
 from mnemoplan.bench.metrics import question_metrics
 from mnemoplan.bench.datasets import Question
-from mnemoplan.server.cli import main
+from mnemoplan.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

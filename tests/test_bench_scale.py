@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemoplan.server.cli import main
+from mnemoplan.cli.main import main
 
 DATASET = Path("/work/shared/data/locomo10.json")
 

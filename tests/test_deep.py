@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from mnemoplan.errors import InvalidInput
-from mnemoplan.indexes.base import TOP_K_MAX, Hit
+from mnemoplan.search.base import TOP_K_MAX, Hit
 from mnemoplan.model import MessageIn, PlanStep, QueryPlan
 from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.fingerprint import plan_fingerprint
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service
 from tests.llm_server import LoopbackMessagesServer, Reply
 

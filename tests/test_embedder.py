@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemoplan.indexes.embedder import plain_mean_pooling
-from mnemoplan.indexes.forward import st_plain_parts
+from mnemoplan.inference.embedder import plain_mean_pooling
+from mnemoplan.inference.forward import st_plain_parts
 
 TYPES = ["Transformer", "Pooling", "Normalize"]
 

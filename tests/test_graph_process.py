@@ -13,10 +13,10 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from mnemoplan.indexes import graph
-from mnemoplan.indexes.graph import GraphError, GraphIndex, GraphMention, GraphRecord
+from mnemoplan.storage.graph import client as graph
+from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphMention, GraphRecord
 from mnemoplan.model import MessageIn
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 
 
 def test_nothing_sent_to_the_graph_process_holds_a_word_of_content(
@@ -157,7 +157,7 @@ def test_the_servers_own_process_never_loads_kuzu(tmp_path: Path) -> None:
         "svc = make_service(Path(sys.argv[1])); "
         "svc.remember(messages=[MessageIn(content='Ann met Ben in Oslo', speaker='Ann')], user_id='u'); "
         "svc.recall('Where did Ann meet Ben?', user_id='u'); svc.close(); "
-        "print('kuzu' in sys.modules, 'mnemoplan.indexes.kuzu_graph' in sys.modules)"
+        "print('kuzu' in sys.modules, 'mnemoplan.storage.graph.kuzu_child' in sys.modules)"
     )
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
@@ -266,8 +266,8 @@ def test_edges_written_and_deleted_between_checkpoints_never_crash_a_checkpoint(
 _KILLED_AFTER_UNSETTLED_DELETES = """
 import os, sys
 from pathlib import Path
-from mnemoplan.indexes.graph import GraphMention, GraphRecord
-from mnemoplan.indexes.kuzu_graph import KuzuGraph
+from mnemoplan.storage.graph.client import GraphMention, GraphRecord
+from mnemoplan.storage.graph.kuzu_child import KuzuGraph
 
 graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=64, unwind_max_records=1000)
 for round in range(2):

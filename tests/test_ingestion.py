@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemoplan.model import MessageIn, PlanStep, QueryPlan, RecallOptions
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service
 from tests.llm_server import LoopbackMessagesServer, Reply
 

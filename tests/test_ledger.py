@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mnemoplan.indexes.ledger import UserLedger
+from mnemoplan.storage.ledger import UserLedger
 
 
 def fact(ledger: UserLedger, rid: str, subject: str, mentions: int = 1) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mnemoplan.errors import LLMError
-from mnemoplan.planner.llm import LLMClient, LLMReply, LLMUsage, extract_json
+from mnemoplan.inference.llm import LLMClient, LLMReply, LLMUsage, extract_json
 from tests.llm_server import LoopbackMessagesServer as Server
 from tests.llm_server import Reply, llm_server  # noqa: F401
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from mnemoplan.errors import LLMError
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
-from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.search.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
     EntityRef,
     IndexDescriptor,
@@ -23,11 +23,11 @@ from mnemoplan.model import (
     StepReport,
     TimeWindow,
 )
-from mnemoplan.planner.llm import LLMClient
+from mnemoplan.inference.llm import LLMClient
 from mnemoplan.planner.evaluate import Evaluation
 from mnemoplan.planner.fingerprint import plan_fingerprint
-from mnemoplan.planner.llm_evaluator import LLMEvaluator
-from mnemoplan.planner.llm_planner import LLMPlanner, LLMReplanner
+from mnemoplan.planner.llm.evaluator import LLMEvaluator
+from mnemoplan.planner.llm.planner import LLMPlanner, LLMReplanner
 from tests.llm_server import LoopbackMessagesServer as Server
 from tests.llm_server import Reply, llm_server  # noqa: F401
 

@@ -208,7 +208,7 @@ def test_forget_scopes(tmp_path: Path) -> None:
 def test_undecodable_bytes_never_crash_the_server(tmp_path: Path) -> None:
     """Raw JSON-RPC over stdio: invalid UTF-8 and lone surrogates must not take the server down."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mnemoplan.server.cli", "serve"],
+        [sys.executable, "-m", "mnemoplan", "serve"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=server_env(tmp_path / "d"),
     )  # fmt: skip
     assert proc.stdin and proc.stdout

@@ -53,7 +53,7 @@ def test_the_bundled_model_runs_without_sentence_transformers_and_embeds_as_it_d
     texts = ["Caroline went to a support group yesterday", "hi", "What did Melanie paint?"]
     script = (
         "import sys, numpy as np\n"
-        "from mnemoplan.indexes.embedder import SentenceEmbedder\n"
+        "from mnemoplan.inference.embedder import SentenceEmbedder\n"
         f"np.save(sys.argv[1], SentenceEmbedder(precision='fp32').embed({texts!r}))\n"
         "print('sentence_transformers' in sys.modules)\n"
     )

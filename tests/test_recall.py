@@ -8,7 +8,7 @@ import pytest
 
 from mnemoplan.errors import InvalidInput
 from mnemoplan.model import MessageIn, RecallOptions
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 
 
 def say(svc: MemoryService, session: str, when: datetime, *turns: tuple[str, str]) -> list[str]:
@@ -231,7 +231,7 @@ ASKING = [  # (kind, speaker, text, asks)
 def test_what_counts_as_asking_is_the_same_in_memory_and_in_records() -> None:
     import pyarrow as pa
 
-    from mnemoplan.indexes.lance_log import _asks
+    from mnemoplan.storage.log.table import _asks
     from mnemoplan.model.records import asks_question
 
     assert [asks_question(k, who, text) for k, who, text, _ in ASKING] == [asks for *_, asks in ASKING]
@@ -244,7 +244,7 @@ def test_what_counts_as_asking_is_the_same_in_memory_and_in_records() -> None:
 def test_what_counts_as_standing_alone_is_the_same_in_memory_and_in_records() -> None:
     import pyarrow as pa
 
-    from mnemoplan.indexes.lance_log import _alone
+    from mnemoplan.storage.log.table import _alone
     from mnemoplan.model.records import STANDALONE_WORDS, stands_alone
 
     n = STANDALONE_WORDS
@@ -297,7 +297,7 @@ def test_a_question_without_its_reply_among_the_candidates_still_gives_up_its_sh
 
 def test_the_reply_share_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     from mnemoplan.config import Settings
-    from mnemoplan.server.bootstrap import recall_config
+    from mnemoplan.service.bootstrap import recall_config
 
     assert recall_config(Settings()).ranking.reply_share == 0.2
     monkeypatch.setenv("MNEMOPLAN_REPLY_SHARE", "0")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mnemoplan.errors import InvalidPlan
-from mnemoplan.indexes.base import Hit, SearchIndex, SearchRequest
+from mnemoplan.search.base import Hit, SearchIndex, SearchRequest
 from mnemoplan.model import IndexDescriptor, ParamSpec, PlanStep, QueryPlan
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 
 
 def plan(*steps: PlanStep) -> QueryPlan:

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from mnemoplan.errors import Unavailable
-from mnemoplan.indexes.cross_encoder import CrossEncoderScorer
+from mnemoplan.inference.cross_encoder import CrossEncoderScorer
 from mnemoplan.model import MemoryItem
-from mnemoplan.planner.llm import LLMClient
-from mnemoplan.indexes.embedder import HashEmbedder
-from mnemoplan.planner.rerank import CrossEncoderReranker, LateInteractionReranker, LLMReranker, RerankOutcome, blend
+from mnemoplan.inference.llm import LLMClient
+from mnemoplan.inference.embedder import HashEmbedder
+from mnemoplan.planner.rerank.rerankers import CrossEncoderReranker, LateInteractionReranker, LLMReranker, RerankOutcome, blend
 from tests.llm_server import LoopbackMessagesServer as Server
 from tests.llm_server import Reply, llm_server  # noqa: F401
 

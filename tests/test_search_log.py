@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from mnemoplan.errors import InvalidInput
-from mnemoplan.indexes import store as store_module
-from mnemoplan.indexes.graph import GraphError
-from mnemoplan.server.cli import main
-from mnemoplan.server.service import MemoryService
+from mnemoplan.storage import store as store_module
+from mnemoplan.storage.graph.client import GraphError
+from mnemoplan.cli.main import main
+from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service
 
 
@@ -54,7 +54,7 @@ def test_stats_command_reads_the_log(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_stats_latency_counts_searches_that_ran() -> None:
-    from mnemoplan.server.commands import summarise_searches
+    from mnemoplan.cli.commands import summarise_searches
 
     entries = [{"tool": "recall", "ok": True, "duration_ms": ms} for ms in (10.0, 12.0, 14.0)]
     entries += [{"tool": "recall", "ok": False, "duration_ms": 0.1} for _ in range(4)]  # rejected at once

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from mnemoplan.indexes.ingest import IngestConfig
-from mnemoplan.indexes.ledger import Summary, UserLedger
+from mnemoplan.ingest.pipeline import IngestConfig
+from mnemoplan.storage.ledger import Summary, UserLedger
 from mnemoplan.model import MessageIn
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 
 
 def ledger_of(session: str, n: int, *summaries: Summary) -> UserLedger:

@@ -49,7 +49,7 @@ class RawClient:
 
 @pytest.fixture
 def raw(tmp_path: Path) -> Iterator[RawClient]:
-    proc = subprocess.Popen([sys.executable, "-m", "mnemoplan.server.cli", "serve"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "mnemoplan", "serve"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=server_env(tmp_path / "d"))
     client = RawClient(proc)
     hello = {"name": "raw", "version": "0"}
@@ -119,7 +119,7 @@ class Terminal:
     def __init__(self, data_dir: Path) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mnemoplan.server.cli", "serve"], stdin=slave, stdout=slave, stderr=slave,
+            [sys.executable, "-m", "mnemoplan", "serve"], stdin=slave, stdout=slave, stderr=slave,
             env=server_env(data_dir), start_new_session=True,
             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # the terminal's keys signal it
         )  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from mnemoplan.errors import OutOfSpace, ReadOnlyData, storage_failure
-from mnemoplan.indexes.graph import GraphError
+from mnemoplan.storage.graph.client import GraphError
 from mnemoplan.model import MessageIn
 from tests.conftest import make_service, run_with_client
 from tests.test_mcp_stdio import call, error_text, texts

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from mnemoplan.errors import DataDirLocked, InvalidInput
-from mnemoplan.indexes import store as store_module
-from mnemoplan.indexes.graph import GraphError, GraphIndex, GraphRecord
-from mnemoplan.indexes.ingest import NewMemory, SourcesGone
-from mnemoplan.indexes.lance_log import _usable_cpus
-from mnemoplan.indexes.store import MemoryStore
+from mnemoplan.storage import store as store_module
+from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphRecord
+from mnemoplan.ingest.pipeline import NewMemory, SourcesGone
+from mnemoplan.storage.log.table import _usable_cpus
+from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import MessageIn, Record, TimeRange
-from mnemoplan.server.cli import main
-from mnemoplan.server.service import MemoryService
+from mnemoplan.cli.main import main
+from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service
 
 
@@ -358,7 +358,7 @@ def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch
 
 
 def test_a_bm25_rebuild_carries_over_what_was_written_while_it_ran(tmp_path: Path) -> None:
-    from mnemoplan.indexes.bm25 import BM25Doc, BM25Index
+    from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 
     index = BM25Index(tmp_path / "bm25")
     docs = {rid: BM25Doc(rid, "u", f"{rid} first words") for rid in ("a", "b")}
@@ -397,7 +397,7 @@ def test_a_bm25_rebuild_carries_over_what_was_written_while_it_ran(tmp_path: Pat
 def test_a_purge_cut_short_is_done_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
-    from mnemoplan.indexes.lance_log import LanceLog
+    from mnemoplan.storage.log.table import LanceLog
 
     data = tmp_path / "data"
     svc = make_service(data)
@@ -485,7 +485,7 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     """With a vector index, compaction leaves apart the fragments an update moved rows between."""
     import numpy as np
 
-    from mnemoplan.indexes.lance_log import LanceLog
+    from mnemoplan.storage.log.table import LanceLog
 
     log = LanceLog(tmp_path / "log", ann_min_rows=256)
     now = datetime.now(UTC)
@@ -762,7 +762,7 @@ def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service
     """A log written before long turns stood alone: theirs leaned to the turn before."""
     import numpy as np
 
-    from mnemoplan.indexes.documents import context_vector
+    from mnemoplan.storage.documents import context_vector
 
     long_reply = " ".join(["The lighthouse has a long history of keepers and storms."] * 12)
     ids = say(service, "u", "s", ("Ann", "tell me about the lighthouse"), ("Bot", long_reply), ("Ann", "wow"))
@@ -778,7 +778,7 @@ def test_reindex_gives_long_turns_the_vectors_they_would_be_written_with(service
 
 
 def test_the_bm25_rebuild_reads_records_as_their_documents_need_them(service: MemoryService) -> None:
-    from mnemoplan.indexes.documents import bm25_doc
+    from mnemoplan.storage.documents import bm25_doc
 
     long_reply = " ".join(["The lighthouse has a long history of keepers and storms."] * 12)
     say(service, "u", "s", ("Ann", "I moved to Bergen in May"), ("Bot", long_reply), ("Ann", "wow"))
@@ -900,7 +900,7 @@ def test_a_log_written_before_access_counts_gains_the_columns(tmp_path: Path) ->
 def test_vector_snapshots_stay_as_they_were_while_appends_grow_the_buffer() -> None:
     import numpy as np
 
-    from mnemoplan.indexes.vector_cache import UserVectors
+    from mnemoplan.storage.log.vector_cache import UserVectors
 
     def rows(start: int, n: int) -> UserVectors:
         when = datetime(2024, 1, 1, tzinfo=UTC)
@@ -937,7 +937,7 @@ def test_vector_snapshots_stay_as_they_were_while_appends_grow_the_buffer() -> N
 def test_edges_are_written_either_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwind_max: int
 ) -> None:
-    from mnemoplan.indexes import graph
+    from mnemoplan.storage.graph import client as graph
 
     monkeypatch.setattr(graph, "UNWIND_MAX_RECORDS", unwind_max)  # read when the graph's process starts
     service = make_service(tmp_path / "data")
@@ -980,7 +980,7 @@ def test_pending_mention_counts_survive_a_ledger_reload(service: MemoryService) 
 
 
 def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
-    from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
+    from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 
     cache = VectorCache()
     for change in (lambda: cache.invalidate("u"), lambda: cache.invalidate(), lambda: cache.extend("u", UserVectors())):
@@ -1002,7 +1002,7 @@ def test_a_vector_load_that_raced_a_change_is_not_cached() -> None:
 def test_rows_a_racing_load_already_holds_are_not_appended_twice() -> None:
     import numpy as np
 
-    from mnemoplan.indexes.vector_cache import UserVectors, VectorCache
+    from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 
     def rows(*ids: str) -> UserVectors:
         return UserVectors.build(list(ids), np.ones((len(ids), 4), dtype=np.float32), {"seq": list(range(len(ids)))})
@@ -1064,7 +1064,7 @@ def test_a_user_read_whole_is_served_from_memory_and_stays_current(
 
 
 def test_an_overflowing_cache_forgets_only_the_users_it_drops_records_of() -> None:
-    from mnemoplan.indexes.record_cache import RecordCache
+    from mnemoplan.storage.log.record_cache import RecordCache
 
     def rec(user: str, i: int) -> Record:
         now = datetime.now(UTC)
@@ -1084,7 +1084,7 @@ def test_an_overflowing_cache_forgets_only_the_users_it_drops_records_of() -> No
 def test_a_log_left_in_small_fragments_is_compacted_in_the_background_when_opened(tmp_path: Path) -> None:
     import time
 
-    from mnemoplan.indexes.store import FRAGMENTS_TO_COMPACT
+    from mnemoplan.storage.store import FRAGMENTS_TO_COMPACT
 
     svc = make_service(tmp_path / "data")
     for i in range(FRAGMENTS_TO_COMPACT + 1):  # one append, and at least one small fragment, per call
@@ -1105,8 +1105,8 @@ def test_a_log_left_in_small_fragments_is_compacted_in_the_background_when_opene
 def test_fragments_a_compaction_could_not_merge_do_not_call_for_another_at_start(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemoplan.indexes.lance_log import LanceLog
-    from mnemoplan.indexes.store import FRAGMENTS_TO_COMPACT
+    from mnemoplan.storage.log.table import LanceLog
+    from mnemoplan.storage.store import FRAGMENTS_TO_COMPACT
 
     say(service, "u", "s", ("Ann", "a note about the garden"))
     store = service.store
@@ -1146,7 +1146,7 @@ def test_access_and_mention_counts_land_in_one_merge_whatever_their_spread(servi
 
 
 def test_a_catalog_counted_from_the_log_is_the_one_built_mention_by_mention(service: MemoryService) -> None:
-    from mnemoplan.indexes.catalog import EntityCatalog
+    from mnemoplan.storage.catalog import EntityCatalog
 
     say(service, "u", "s", ("Ann", "I met Bob at Lakeside Cafe"), ("Bob", "Ann and I love the lakeside cafe"),
         ("Ann", "Bob, Lakeside Café again on Friday?"), ("Cy", "Can I join you and bob?"))  # fmt: skip
@@ -1187,7 +1187,7 @@ def test_a_forgotten_name_no_longer_resolves_after_the_catalog_is_rebuilt(tmp_pa
 
 
 def test_a_record_added_while_a_catalog_is_read_is_not_missed() -> None:
-    from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
+    from mnemoplan.storage.catalog import CatalogCache, EntityCatalog
     from mnemoplan.model import EntityMention
 
     log: list[list[EntityMention]] = [[EntityMention(key="ann", name="Ann", role="speaker")]]
@@ -1212,7 +1212,7 @@ def test_a_record_added_while_a_catalog_is_read_is_not_missed() -> None:
 def test_a_record_a_catalog_read_already_counted_is_not_counted_again() -> None:
     """The write path adds a record's mentions to the catalog just after the record reaches the
     log; a catalog read from the log in between has counted them already."""
-    from mnemoplan.indexes.catalog import CatalogCache, EntityCatalog
+    from mnemoplan.storage.catalog import CatalogCache, EntityCatalog
     from mnemoplan.model import EntityMention
 
     ann = [EntityMention(key="ann", name="Ann", role="speaker")]
@@ -1238,7 +1238,7 @@ import os, sys, threading, time
 from datetime import UTC, datetime
 from pathlib import Path
 import numpy as np
-from mnemoplan.indexes.lance_log import LanceLog
+from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.model import Record
 
 def records(start, n):
@@ -1381,7 +1381,7 @@ def test_a_write_that_fails_halfway_leaves_no_fact_behind_in_the_ledger(
 def test_a_users_lock_lives_only_while_it_is_held_or_awaited() -> None:
     """Per-user locks (writes, BM25 rebuilds) do not pile up with every user ever seen, and one
     user's long hold does not hold another's up."""
-    from mnemoplan.indexes.locks import KeyedLocks
+    from mnemoplan.storage.locks import KeyedLocks
 
     locks = KeyedLocks()
     order: list[str] = []

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnemoplan.indexes import token_store
-from mnemoplan.indexes.token_store import (
+from mnemoplan.storage.log import token_cache as token_store
+from mnemoplan.storage.log.token_cache import (
     DIM,
     TokenBlock,
     TokenCache,
@@ -20,7 +20,7 @@ from mnemoplan.indexes.token_store import (
     projection,
     unpack,
 )
-from mnemoplan.server.service import MemoryService
+from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service, server_env
 from tests.test_store import say
 
@@ -138,7 +138,7 @@ def test_reindex_gives_token_vectors_to_what_was_written_before_them(tmp_path: P
     say(svc, "u", "s", ("Ann", "the canoe is green"))
     svc.store.log._table.drop_columns(["tokens"])
     svc.close()
-    done = subprocess.run([sys.executable, "-m", "mnemoplan.server.cli", "reindex"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "mnemoplan", "reindex"], capture_output=True, text=True,
                           env=server_env(tmp_path), timeout=300, check=True)  # fmt: skip
     assert "u: 1 records given token vectors" in done.stderr
     svc = make_service(tmp_path)

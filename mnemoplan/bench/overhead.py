@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mnemoplan.bench.datasets import Question
-from mnemoplan.indexes.base import Hit, LazyVector, SearchIndex, SearchRequest
-from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.search.base import Hit, LazyVector, SearchIndex, SearchRequest
+from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.fusion import fuse
 from mnemoplan.planner.recall import Scope

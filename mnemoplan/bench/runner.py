@@ -155,7 +155,7 @@ def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding
     """Time recall (limit 10) through a real MCP stdio round trip on a sample of questions."""
     if n <= 0 or not questions:
         return None
-    from mnemoplan.server.probe import time_stdio_calls
+    from mnemoplan.bench.probe import time_stdio_calls
 
     step = max(1, len(questions) // n)
     timed = questions[::step][:n]
@@ -190,7 +190,7 @@ def run_from_args(args: argparse.Namespace) -> int:
           f"{len(dataset.questions)} questions; data in {data_dir}", file=sys.stderr)  # fmt: skip
 
     from mnemoplan.config import Settings
-    from mnemoplan.server.bootstrap import build_service
+    from mnemoplan.service.bootstrap import build_service
 
     service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
     try:

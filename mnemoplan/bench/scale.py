@@ -25,7 +25,7 @@ from mnemoplan.bench.datasets import Dataset, Turn, load_locomo
 from mnemoplan.bench.metrics import latency_summary
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.runner import machine, peak_rss_mb
-from mnemoplan.indexes.lance_log import sql_str
+from mnemoplan.storage.log.table import sql_str
 from mnemoplan.model import MessageIn
 
 USER = "scale"
@@ -262,7 +262,7 @@ def run_from_args(args: argparse.Namespace) -> int:
           f"({dataset.n_turns} turns); data in {data_dir}", file=sys.stderr)  # fmt: skip
 
     from mnemoplan.config import Settings
-    from mnemoplan.server.bootstrap import build_service
+    from mnemoplan.service.bootstrap import build_service
 
     service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
     try:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from mnemoplan.extract.names import entity_key, extract_names
 from mnemoplan.extract.times import find_times
-from mnemoplan.indexes.catalog import EntityCatalog
+from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.model import AnswerType, EntityRef, QueryAnalysis, TimeWindow
 
 _SMALLTALK_WORDS = frozenset(

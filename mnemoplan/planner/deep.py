@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from mnemoplan.errors import InvalidPlan, LLMError
-from mnemoplan.indexes.base import widened
+from mnemoplan.search.base import widened
 from mnemoplan.model import (
     DeepSearchResult,
     DeepSearchStats,

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from mnemoplan.indexes.base import widened
+from mnemoplan.search.base import widened
 from mnemoplan.model import MemoryItem, PlanStep, QueryAnalysis, QueryPlan
 from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.fingerprint import plan_fingerprint

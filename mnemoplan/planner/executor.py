@@ -8,8 +8,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 
 from mnemoplan.errors import MnemoError
-from mnemoplan.indexes.base import Hit, SearchRequest
-from mnemoplan.indexes.registry import IndexRegistry, topological_order
+from mnemoplan.search.base import Hit, SearchRequest
+from mnemoplan.search.registry import IndexRegistry, topological_order
 from mnemoplan.model import PlanStep, QueryPlan
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
-from mnemoplan.indexes.base import LazyVector, SearchRequest
-from mnemoplan.indexes.registry import IndexRegistry
+from mnemoplan.search.base import LazyVector, SearchRequest
+from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
     MemoryItem,
     PlanStep,

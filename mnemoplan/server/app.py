@@ -442,7 +442,7 @@ def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> 
 
     def default_factory() -> Any:
         # Imported here, in the start-up thread: the storage libraries take a second to import.
-        from mnemoplan.server.bootstrap import build_service, settings_embedder
+        from mnemoplan.service.bootstrap import build_service, settings_embedder
 
         if not embedders:
             embedders.append(settings_embedder(settings))

@@ -1,0 +1,180 @@
+"""LLM extraction in the background: every N messages of a session, or on an explicit flush.
+
+``remember`` never waits for it. The ids of messages not yet read by the LLM are kept in
+a small state file (ids only, never text), so a restart, a timeout or a garbage reply
+loses nothing: the batch stays pending and is retried later with a growing delay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mnemoplan.errors import MnemoError
+from mnemoplan.extract.names import entity_key
+from mnemoplan.ingest.pipeline import Ingestor, SourcesGone
+from mnemoplan.model import EntityMention, Record
+
+log = logging.getLogger(__name__)
+_SEP = "\x1f"
+
+
+def llm_fact_record(user_id: str, messages: dict[str, Record], fact: Any) -> Record:
+    """A record of what the LLM extracted, derived from its source messages."""
+    sources = [messages[s] for s in fact.sources if s in messages] or list(messages.values())
+    first = sources[0]
+    names = [fact.subject, *fact.entities] if fact.subject else list(fact.entities)
+    entities: list[EntityMention] = []
+    for i, name in enumerate(dict.fromkeys(n for n in names if n and entity_key(n))):
+        role = "subject" if i == 0 and fact.subject else ("object" if entity_key(name) == entity_key(fact.object) else
+                                                          "mention")  # fmt: skip
+        entities.append(EntityMention(key=entity_key(name), name=name, role=role))
+    if fact.object and entity_key(fact.object) and all(m.key != entity_key(fact.object) for m in entities):
+        entities.append(EntityMention(key=entity_key(fact.object), name=fact.object, role="object"))
+    day = fact.event_date
+    return Record(
+        id=uuid.uuid4().hex, user_id=user_id, project_id=first.project_id, session_id=first.session_id,
+        kind=fact.kind, text=fact.text, occurred_at=first.occurred_at, created_at=datetime.now(UTC),
+        content_hash=uuid.uuid5(uuid.NAMESPACE_URL, f"{user_id}|llm|{fact.text}").hex,
+        derived_from=[m.id for m in sources],
+        metadata={"subject": fact.subject, "predicate": fact.predicate, "object": fact.object,
+                  "negated": fact.negated, "confidence": fact.confidence, "extractor": "llm"},
+        importance=round(0.7 * (0.5 + fact.confidence / 2), 3), entities=entities,
+        event_start=day, event_end=day.replace(hour=23, minute=59) if day else None, valid_from=first.occurred_at,
+    )  # fmt: skip
+
+
+class BackgroundExtraction:
+    """Pending messages per (user, session), extracted by the LLM on a worker thread.
+
+    Args:
+        ingestor: Stores the facts (same dedupe and supersede rules as the rules' facts).
+        fetch: Reads records of a user by id (the log).
+        extract: The LLM extractor's ``extract`` (messages -> Extraction).
+        state_path: JSON file of pending ids and counters.
+        every: Messages of a session that trigger an extraction.
+        retry_s: First retry delay after a failure (doubles, up to an hour).
+    """
+
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        fetch: Callable[[str, list[str]], dict[str, Record]],
+        extract: Callable[[list[Record]], Any],
+        state_path: Path,
+        *,
+        every: int = 10,
+        retry_s: float = 30.0,
+    ) -> None:
+        self._ingestor, self._fetch, self._extract = ingestor, fetch, extract
+        self._path = state_path
+        self.every = every
+        self._retry_s = retry_s
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-extract")
+        self._timers: list[threading.Timer] = []
+        self._closed = False
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        self.pending: dict[str, list[str]] = state.get("pending", {})
+        self.failures: dict[str, int] = state.get("failures", {})
+        self.counters: dict[str, int] = state.get("counters", {"extracted": 0, "failed": 0, "facts": 0})
+        for key in list(self.pending):  # left over from the last run: retry now
+            self._submit(key)
+
+    def _save(self) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pending": self.pending, "failures": self.failures, "counters": self.counters}))
+        os.replace(tmp, self._path)
+
+    def note(self, user_id: str, session_id: str, message_ids: list[str], *, flush: bool = False) -> None:
+        """Messages just stored; extraction starts once ``every`` are pending (or at once with ``flush``)."""
+        key = f"{user_id}{_SEP}{session_id}"
+        with self._lock:
+            pending = self.pending.setdefault(key, [])
+            pending.extend(i for i in message_ids if i not in pending)
+            due = flush or len(pending) >= self.every
+            self._save()
+        if due:
+            self._submit(key)
+
+    def forget(self, user_id: str, ids: set[str] | None = None) -> None:
+        """Drop pending ids of forgotten messages (or of a forgotten user)."""
+        with self._lock:
+            for key in [k for k in self.pending if k.split(_SEP)[0] == user_id]:
+                self.pending[key] = [] if ids is None else [i for i in self.pending[key] if i not in ids]
+                if not self.pending[key]:
+                    del self.pending[key]
+            self._save()
+
+    def _submit(self, key: str) -> None:
+        if not self._closed:
+            self._pool.submit(self._run, key)
+
+    def _run(self, key: str) -> None:
+        with self._lock:
+            batch = list(self.pending.get(key, []))
+        if not batch:
+            return
+        user_id = key.split(_SEP)[0]
+        try:
+            records = self._fetch(user_id, batch)
+            messages = [records[i] for i in batch if i in records]
+            extraction = self._extract(sorted(messages, key=lambda r: r.seq)) if messages else None
+            facts = [llm_fact_record(user_id, {m.id: m for m in messages}, f) for f in extraction.facts] \
+                if extraction else []  # fmt: skip
+            self._ingestor.add_facts(user_id, facts, read=[m.id for m in messages])
+        except SourcesGone:  # part of the batch was forgotten since: read again what is left of it
+            log.info("a message of an LLM extraction batch was forgotten meanwhile; the batch is read again")
+            self._submit(key)
+            return
+        except Exception as exc:  # never lose the batch: it stays pending
+            with self._lock:
+                self.failures[key] = self.failures.get(key, 0) + 1
+                self.counters["failed"] += 1
+                delay = min(3600.0, self._retry_s * 2 ** (self.failures[key] - 1))
+                self._save()
+            detail = exc.message if isinstance(exc, MnemoError) else type(exc).__name__
+            log.warning("LLM extraction failed (%s); %d message(s) stay pending, retry in %.0f s",
+                        detail, len(batch), delay)  # fmt: skip
+            self._retry_later(key, delay)
+            return
+        with self._lock:
+            self.pending[key] = [i for i in self.pending.get(key, []) if i not in batch]
+            if not self.pending[key]:
+                del self.pending[key]
+            self.failures.pop(key, None)
+            self.counters["extracted"] += len(batch)
+            self.counters["facts"] += len(facts)
+            self._save()
+
+    def _retry_later(self, key: str, delay: float) -> None:
+        if self._closed:
+            return
+        timer = threading.Timer(delay, self._submit, args=(key,))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def retry_now(self) -> None:
+        """Retry every pending batch at once (tests, and the CLI)."""
+        for key in list(self.pending):
+            self._submit(key)
+
+    def drain(self) -> None:
+        """Wait for queued extractions to finish."""
+        self._pool.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Stop: pending batches stay in the state file for the next start."""
+        self._closed = True
+        for timer in self._timers:
+            timer.cancel()
+        self._pool.shutdown(wait=True)

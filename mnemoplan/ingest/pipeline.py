@@ -1,0 +1,429 @@
+"""The write path of ``remember``: de-duplicate, extract, embed, store, derive.
+
+Deterministic extraction runs inline: names, resolved time expressions, simple facts
+(each a fact record derived from its message), and every ``episode_every`` messages of
+a session an extractive summary of its latest stretch (``episode_span`` messages at most).
+The raw text is always stored verbatim: extraction only adds to it, and a failure there
+never loses a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from mnemoplan.errors import Unavailable
+from mnemoplan.extract.facts import extract_facts
+from mnemoplan.extract.names import mentions_for
+from mnemoplan.extract.sentences import split_sentences
+from mnemoplan.extract.summary import SessionTurn, summarize_session
+from mnemoplan.extract.times import event_span, find_times
+from mnemoplan.ingest.derive import decide, episode_record, fact_record
+from mnemoplan.inference.embedder import TokenVectors
+from mnemoplan.storage.log.table import LACKS_TOKENS, sql_in, sql_str
+from mnemoplan.storage.store import MemoryStore
+from mnemoplan.storage.log.token_cache import pack_many, projection
+from mnemoplan.model import Record
+
+log = logging.getLogger(__name__)
+
+IMPORTANCE = {"message": 0.5, "fact": 0.7, "procedure": 0.7, "episode": 0.6}
+Progress = Callable[[int, int], None]  # (done, total)
+PROGRESS_SLICE = 256  # sentences embedded between two progress reports (~1.5 s here)
+
+
+@dataclass
+class NewMemory:
+    """One validated input of remember."""
+
+    text: str
+    kind: str = "message"
+    speaker: str = ""
+    occurred_at: datetime | None = None
+    source_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    derived_from: list[str] = field(default_factory=list)
+
+
+@dataclass
+class IngestResult:
+    """What an ingest call stored."""
+
+    ids: list[str]
+    stored: list[Record]
+    duplicates: int
+    derived: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+class SourcesGone(Exception):
+    """Records that facts were read from were forgotten before the facts could be stored."""
+
+    def __init__(self, missing: set[str]) -> None:
+        super().__init__(f"{len(missing)} source record(s) forgotten meanwhile")
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Knobs of ingestion.
+
+    Attributes:
+        extract_facts: Read simple facts out of messages by rule.
+        fact_similarity: A new fact at least this similar to a current one reinforces it.
+        episode_every: Summarise a session again after this many new messages (0: never).
+        episode_span: The most messages one summary covers: a longer session is summarised
+            stretch by stretch, so a summary's cost does not grow with the session.
+    """
+
+    extract_facts: bool = True
+    fact_similarity: float = 0.9
+    episode_every: int = 10
+    episode_span: int = 100
+
+
+def content_hash(user_id: str, project_id: str, session_id: str, mem: NewMemory) -> str:
+    """The identity of a memory's content: a repeat with the same hash is not stored again."""
+    when = mem.occurred_at.isoformat() if mem.occurred_at else ""
+    parts = [user_id, project_id, session_id, mem.kind, mem.speaker, mem.text, when]
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+
+
+class Ingestor:
+    """Turns validated inputs into stored records.
+
+    Args:
+        store: The memory store.
+        embed: Embeds a batch of texts.
+        config: What to derive.
+        embed_with_tokens: Embeds a batch of texts and gives their token vectors from the same
+            pass, projected by ``token_store.projection`` (``SentenceEmbedder.embed_with_tokens``);
+            with it, each record's tokens are stored for the ``token_match`` index.
+    """
+
+    def __init__(
+        self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray], config: IngestConfig | None = None,
+        embed_with_tokens: Callable[..., tuple[np.ndarray, list[TokenVectors]]] | None = None,
+    ) -> None:  # fmt: skip
+        self.store = store
+        self.embed = embed
+        self.config = config or IngestConfig()
+        self.embed_with_tokens = embed_with_tokens
+
+    def embed_records(
+        self, records: list[Record], progress: Progress | None = None
+    ) -> tuple[np.ndarray, list[bytes | None]]:
+        """One vector per record, the normalised mean of its sentences' embeddings, and the
+        record's packed token vectors (None without ``embed_with_tokens``): its sentences'
+        tokens end to end, without those of words BM25 ignores (stop words, punctuation).
+
+        With ``progress``, the sentences are embedded a slice at a time and each slice is
+        reported (done, total); without, in one call.
+        """
+        texts: list[str] = []
+        owner: list[int] = []
+        for i, rec in enumerate(records):
+            prefix = f"{rec.speaker}: " if rec.speaker else ""
+            for sentence in split_sentences(rec.text, min_words=4):
+                texts.append(prefix + sentence)
+                owner.append(i)
+        step = len(texts) if progress is None or len(texts) <= PROGRESS_SLICE else PROGRESS_SLICE
+        parts, tokens = [], []
+        for start in range(0, len(texts), max(step, 1)):
+            chunk = texts[start : start + step]
+            passed = self._embed_chunk(chunk)
+            parts.append(passed[0])
+            tokens.extend(passed[1])
+            if progress is not None and step < len(texts):
+                progress(min(start + step, len(texts)), len(texts))
+        vectors = np.concatenate(parts) if parts else self.embed([])
+        sums = np.zeros((len(records), vectors.shape[1]), dtype=np.float32)
+        np.add.at(sums, np.asarray(owner), vectors)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return sums / norms, self._pack(records, texts, owner, tokens)
+
+    def _embed_chunk(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
+        if self.embed_with_tokens is None:
+            return self.embed(texts), []
+        try:
+            return self.embed_with_tokens(texts, projection)
+        except Unavailable:
+            vectors = self.embed(texts)  # raises the model's own trouble (still loading, broken)
+        try:  # the model is up now: was it only loading when tokens were asked for?
+            return self.embed_with_tokens(texts, projection)
+        except Unavailable:
+            log.warning("the embedding model gives no token vectors: memories are stored without them")
+            self.embed_with_tokens = None
+            return vectors, []
+
+    def _pack(self, records: list[Record], texts: list[str], owner: list[int],
+              tokens: list[TokenVectors]) -> list[bytes | None]:  # fmt: skip
+        """Each record's content tokens, packed (all its tokens when none is content)."""
+        if not tokens:
+            return [None] * len(records)
+        content: dict[str, bool] = {}
+        kept: list[list[np.ndarray]] = [[] for _ in records]
+        every: list[list[np.ndarray]] = [[] for _ in records]
+        for text, i, tv in zip(texts, owner, tokens, strict=True):
+            words = [text[a:b] for a, b in tv.words]
+            for word in set(words) - content.keys():
+                content[word] = bool(self.store.bm25.terms(word))
+            keep = np.array([content[w] for w in words], dtype=bool)
+            kept[i].append(tv.vectors[keep])
+            every[i].append(tv.vectors)
+        chosen = [np.concatenate(k if any(len(m) for m in k) else e) if e else None
+                  for k, e in zip(kept, every, strict=True)]  # fmt: skip
+        packed = iter(pack_many([m for m in chosen if m is not None]))
+        return [None if m is None else next(packed) for m in chosen]
+
+    def _message_records(
+        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str
+    ) -> tuple[list[str], list[Record], int]:
+        now = datetime.now(UTC)
+        hashes = [content_hash(user_id, project_id, session_id, m) for m in memories]
+        sources = [m.source_id for m in memories if m.source_id]
+        existing = self.store.existing(user_id, session_id, hashes, sources)
+        # A message with neither source id nor time cannot be told from another saying the same
+        # ("Yes" to two questions): it is a repeat only as part of a retried call, that is when
+        # such messages of the call, in order, are the session's last messages.
+        loose = [i for i, m in enumerate(memories) if not m.source_id and m.occurred_at is None and m.kind == "message"]
+        retried: dict[int, str] = {}
+        if loose and all(hashes[i] in existing for i in loose):
+            tail = self.store.session_tail(user_id, session_id, len(loose))
+            if [h for h, _ in tail] == [hashes[i] for i in loose]:
+                retried = {i: rid for i, (_, rid) in zip(loose, tail, strict=True)}
+        loose_set = set(loose)
+        known = list(self.store.catalog(user_id).entities)
+        ids: list[str] = []
+        fresh: list[Record] = []
+        duplicates = 0
+        for i, (mem, digest) in enumerate(zip(memories, hashes, strict=True)):
+            # A source id is the message's identity: same text under another id is another
+            # message. Without one, the same content (and time) an earlier call stored is a
+            # repeat, but not the same content twice in one call.
+            if mem.source_id:
+                prior = existing.get(f"src:{mem.source_id}")
+            else:
+                prior = retried.get(i) if i in loose_set else existing.get(digest)
+            if prior:
+                ids.append(prior)
+                duplicates += 1
+                continue
+            when = mem.occurred_at or now
+            start, end = event_span(find_times(mem.text, when))
+            rec = Record(
+                id=uuid.uuid4().hex, user_id=user_id, project_id=project_id, session_id=session_id,
+                kind=mem.kind, speaker=mem.speaker, text=mem.text, occurred_at=when, created_at=now,  # type: ignore[arg-type]
+                source_id=mem.source_id, content_hash=digest, derived_from=mem.derived_from,
+                metadata=mem.metadata, importance=IMPORTANCE.get(mem.kind, 0.5),
+                entities=mentions_for(mem.text, mem.speaker, known), event_start=start, event_end=end,
+                valid_from=when if mem.kind == "fact" else None,
+            )  # fmt: skip
+            if mem.source_id:
+                existing[f"src:{mem.source_id}"] = rec.id
+            ids.append(rec.id)
+            fresh.append(rec)
+        return ids, fresh, duplicates
+
+    def _facts_of(self, messages: list[Record]) -> list[Record]:
+        if not self.config.extract_facts:
+            return []
+        known = list(self.store.catalog(messages[0].user_id).entities) if messages else []
+        out = []
+        for msg in messages:
+            if msg.kind != "message" or not msg.speaker:
+                continue  # without a speaker, "I" cannot be resolved: no fact beats a wrong one
+            try:
+                candidates = extract_facts(msg.text, msg.speaker, msg.occurred_at, known_names=known)
+            except Exception:  # extraction is a bonus: it must never cost a message
+                log.exception("fact extraction failed on one message; the message is stored anyway")
+                continue
+            out.extend(fact_record(msg, fc) for fc in candidates)
+        return out
+
+    def _settle_facts(
+        self, user_id: str, facts: list[Record], vectors: np.ndarray
+    ) -> tuple[list[int], list[tuple[str, str]], list[str]]:
+        """Decide each new fact: (indexes to store, (old, new) supersessions, reinforced old ids)."""
+        ledger = self.store.ledger(user_id)
+        keep: list[int] = []
+        supersede: list[tuple[str, str]] = []
+        reinforce: list[str] = []
+        for i, fact in enumerate(facts):
+            if fact.content_hash in ledger.by_hash:
+                reinforce.append(ledger.by_hash[fact.content_hash])
+                continue
+            subject = next((m.key for m in fact.entities if m.role == "subject"), "")
+            decision = decide(fact, vectors[i], ledger.current_facts(subject), self.config.fact_similarity)
+            if not decision.store:
+                reinforce.append(decision.reinforce)
+                continue
+            if decision.contradicts:
+                fact.metadata["contradicts"] = decision.contradicts
+            supersede.extend((old, fact.id) for old in decision.supersede)
+            ledger.add_fact(fact.id, fact.metadata, vectors[i], 1, fact)  # later facts of this call see it
+            ledger.by_hash[fact.content_hash] = fact.id
+            keep.append(i)
+        return keep, supersede, reinforce
+
+    def ingest(
+        self, user_id: str, memories: list[NewMemory], *, session_id: str = "", project_id: str = "",
+        progress: Progress | None = None,
+    ) -> IngestResult:
+        """Store new memories of one user (in order), skipping repeats, then derive facts and episodes.
+
+        ``progress`` hears of the embedding (most of the time of a large call), in sentences.
+        One user's calls (and forgets) run one at a time (``MemoryStore.writing``): each looks
+        for repeats, current facts and a due summary in what the one before stored.
+        """
+        with self.store.writing(user_id):
+            return self._ingest(user_id, memories, session_id, project_id, progress)
+
+    @contextmanager
+    def _ledger_kept_true(self, user_id: str) -> Iterator[None]:
+        """A write notes new facts in the ledger before it stores them; if it fails on the way
+        (the model, the log, a summary's vector), the ledger is read from the log again rather
+        than list facts that were never stored."""
+        try:
+            yield
+        except BaseException:
+            self.store.drop_ledger(user_id)
+            raise
+
+    def _ingest(
+        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
+        progress: Progress | None,
+    ) -> IngestResult:  # fmt: skip
+        ids, fresh, duplicates = self._message_records(user_id, memories, session_id, project_id)
+        if not fresh:
+            return IngestResult(ids, [], duplicates)
+        facts = self._facts_of(fresh)
+        warnings: list[str] = []
+        episodes: list[Record] = []
+        replaced: list[str] = []
+        try:
+            episodes, replaced = self._episodes(user_id, session_id, fresh)
+        except Exception:
+            log.exception("the session summary could not be made; the messages are stored")
+            warnings.append("the session summary could not be refreshed (the messages are stored)")
+        vectors, tokens = self.embed_records(fresh + facts, progress)
+        n = len(fresh)
+        fact_vectors = vectors[n:]
+        with self._ledger_kept_true(user_id):
+            settled = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
+            keep, supersede, reinforce = settled
+            records = fresh + [facts[i] for i in keep]
+            rows = [vectors[:n], fact_vectors[keep]]
+            packed = tokens[:n] + [tokens[n + i] for i in keep]
+            for episode in episodes:  # a summary's words are its messages': no tokens of its own
+                records.append(episode)
+                rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
+                packed.append(None)
+            if replaced:
+                self.store.retract(user_id, replaced, session_id)
+            stored = self.store.append(records, np.concatenate(rows), packed)
+            self._apply(user_id, supersede, reinforce)
+        return IngestResult(ids, stored, duplicates, len(keep) + len(episodes), warnings)
+
+    def backfill_tokens(self, user_id: str, progress: Progress | None = None, batch: int = 256) -> int:
+        """Give token vectors to a user's records that have none (written before the log had
+        them); summaries never have their own. Returns how many records gained them.
+
+        Re-embeds those records (ingest's speed, ~150 messages/s here); ``progress`` hears
+        (done, total) in records."""
+        if self.embed_with_tokens is None:
+            return 0
+        where = f"user_id = {sql_str(user_id)} AND {LACKS_TOKENS}"
+        missing = sorted(self.store.log.records(where), key=lambda r: r.seq)
+        done = 0
+        for start in range(0, len(missing), batch):
+            part = missing[start : start + batch]
+            _, tokens = self.embed_records(part)
+            self.store.log.set_tokens(user_id, {r.id: t for r, t in zip(part, tokens, strict=True) if t is not None})
+            done += len(part)
+            if progress is not None:
+                progress(done, len(missing))
+        return done
+
+    def add_facts(self, user_id: str, facts: list[Record], *, read: list[str] | None = None) -> list[Record]:
+        """Store facts extracted elsewhere (the LLM), with the same near-duplicate and supersede rules.
+
+        ``read``: the ids of every record the facts were read from (the LLM's whole batch; by
+        default, those the facts cite). If one was forgotten since it was read, no fact is
+        stored: any of them may hold what was forgotten.
+
+        Raises:
+            SourcesGone: some of ``read`` is no longer stored (nothing was stored).
+        """
+        if not facts:
+            return []
+        with self.store.writing(user_id):
+            cited = [s for f in facts for s in f.derived_from]
+            self._check_sources(user_id, read if read is not None else cited)
+            vectors, tokens = self.embed_records(facts)
+            with self._ledger_kept_true(user_id):
+                keep, supersede, reinforce = self._settle_facts(user_id, facts, vectors)
+                kept = [facts[i] for i in keep]
+                stored = self.store.append(kept, vectors[keep], [tokens[i] for i in keep]) if keep else []
+                self._apply(user_id, supersede, reinforce)
+            return stored
+
+    def _check_sources(self, user_id: str, ids: list[str]) -> None:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return
+        stored = {r["id"] for r in self.store.log.select(
+            f"user_id = {sql_str(user_id)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+        if len(stored) < len(wanted):
+            raise SourcesGone(set(wanted) - stored)
+
+    def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
+        for old, new in supersede:
+            self.store.supersede(user_id, old, new)
+        self.store.reinforce(user_id, reinforce)
+
+    def _episode_vector(self, episode: Record, fresh: list[Record], fresh_vectors: np.ndarray) -> np.ndarray:
+        """An episode's vector: the mean of its messages' vectors (no model call for a long summary)."""
+        known = {r.id: v for r, v in zip(fresh, fresh_vectors, strict=True)}
+        older = [rid for rid in episode.derived_from if rid not in known]
+        if older:
+            known.update(self.store.log.vectors(episode.user_id, older))
+        stack = np.stack([known[rid] for rid in episode.derived_from if rid in known])
+        mean = stack.mean(axis=0)
+        return (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
+
+    def _episodes(self, user_id: str, session_id: str, fresh: list[Record]) -> tuple[list[Record], list[str]]:
+        """New summaries of the session once it has ``episode_every`` messages the last one lacks,
+        each of a stretch of at most ``episode_span`` messages (``UserLedger.to_summarise``).
+
+        Returns the episode records and the ids of the summaries they replace.
+        """
+        new = [r for r in fresh if r.kind == "message"]
+        if self.config.episode_every <= 0 or not session_id or not new:
+            return [], []
+        ledger = self.store.ledger(user_id)
+        stretches, replaced = ledger.to_summarise(
+            session_id, [m.id for m in new], self.config.episode_every, max(1, self.config.episode_span)
+        )
+        if not stretches:
+            return [], []
+        known = {m.id: m for m in new}
+        older = [rid for _, stretch in stretches for rid in stretch if rid not in known]
+        known.update(self.store.log.get(user_id, older) if older else {})
+        episodes = []
+        now = datetime.now(UTC)
+        for position, stretch in stretches:
+            messages = [known[rid] for rid in stretch if rid in known]
+            if messages:
+                turns = [SessionTurn(m.speaker, m.text, m.occurred_at) for m in messages]
+                episodes.append(episode_record(messages, summarize_session(turns, position=position), now))
+        return episodes, replaced

@@ -1,0 +1,103 @@
+"""The LLM as query expander: a keyword rewrite for BM25 and a hypothetical memory for vectors (HyDE).
+
+A question and the memory that answers it rarely share their wording ("What does Mel do
+to relax?" against "painting calms me down"). The rewrite adds the words the answer
+would likely use; the hypothetical memory is a made-up line in the voice of a stored
+message, whose embedding sits nearer the real answer than the question's does. Both only
+add candidates next to the original query's; neither replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ValidationError
+
+from mnemoplan.errors import LLMError
+from mnemoplan.model import PlanStep, QueryAnalysis, QueryPlan
+from mnemoplan.inference.llm import LLMClient, LLMUsage
+from mnemoplan.planner.llm.prompts import JSON_ONLY, analysis_json, describe
+
+MAX_CHARS = 500  # of each expansion; longer replies are cut
+
+EXPANDER_SYSTEM = (
+    "You help search a person's long-term memory of conversations. For the query, write (1) a keyword "
+    "rewrite: the query's names and terms plus the words a message answering it would likely contain, and "
+    "(2) a hypothetical memory: one short message, in the first person as it might have been said in "
+    "the conversation, that would answer the query (invent plausible details; it is only used to search). "
+    + JSON_ONLY
+    + ' Schema: {"rewrite": "<keywords>", "hypothetical": "<one message>"}'
+)
+
+
+class _ExpansionReply(BaseModel):
+    rewrite: str = ""
+    hypothetical: str = ""
+
+
+@dataclass
+class Expansion:
+    """What the LLM proposed, and what it cost."""
+
+    rewrite: str
+    hypothetical: str
+    usage: LLMUsage | None = None
+
+    def steps(self, plan: QueryPlan) -> list[PlanStep]:
+        """Extra steps for a plan: BM25 on the rewrite, vectors on the hypothetical memory.
+
+        Each takes the parameters and weight of the plan's own step on that index, so kinds
+        and depth match; nothing is added for an index the plan does not use.
+        """
+        taken = {s.step_id for s in plan.steps}
+        extra: list[PlanStep] = []
+        for index, text, step_id, why in (
+            ("bm25", self.rewrite, "rewrite", "the query rewritten with the words an answer would use"),
+            ("semantic", self.hypothetical, "hyde", "vectors of a hypothetical answering memory (HyDE)"),
+        ):
+            base = next((s for s in plan.steps if s.index == index and not s.depends_on), None)
+            if base is None or not text or step_id in taken:
+                continue
+            extra.append(PlanStep(step_id=step_id, index=index, params={**base.params, "query": text},
+                                  weight=base.weight * 0.5, rationale=why))  # fmt: skip
+        return extra
+
+
+class LLMExpander:
+    """Asks the LLM for a keyword rewrite and a hypothetical memory of one query.
+
+    Args:
+        client: The shared LLM client.
+        max_tokens: Cap on the reply's length.
+    """
+
+    def __init__(self, client: LLMClient, *, max_tokens: int = 300) -> None:
+        self._client = client
+        self._max_tokens = max_tokens
+
+    def expand(self, query: str, analysis: QueryAnalysis, *, deadline: float | None = None) -> Expansion:
+        """The query's expansions; ``deadline`` is the ``time.monotonic()`` instant the LLM's answer
+        must come by.
+
+        Raises:
+            LLMError: the call failed or the reply does not match the schema; the caller
+                searches with the query alone and says so.
+        """
+        prompt = f"Query: {json.dumps(query, ensure_ascii=False)}\nAnalysis: {analysis_json(analysis)}"
+        reply = self._client.complete_json(
+            system=EXPANDER_SYSTEM, prompt=prompt, max_tokens=self._max_tokens, purpose="expand",
+            deadline=deadline,
+        )
+        try:
+            parsed = _ExpansionReply.model_validate(reply.data)
+        except ValidationError as err:
+            raise LLMError(
+                f"LLM expansion reply does not match the schema: {describe(err)}",
+                hint="The search runs with the query alone.",
+            ) from None
+        return Expansion(
+            rewrite=" ".join(parsed.rewrite.split())[:MAX_CHARS],
+            hypothetical=" ".join(parsed.hypothetical.split())[:MAX_CHARS],
+            usage=reply.usage,
+        )

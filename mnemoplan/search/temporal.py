@@ -1,0 +1,99 @@
+"""``temporal``: records whose time falls in a window (when said, or the event times they mention)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, top_k_param
+from mnemoplan.storage.log.table import LanceLog, sql_in, sql_str, sql_ts
+from mnemoplan.model import IndexDescriptor, ParamSpec
+
+
+class TemporalIndex(SearchIndex):
+    """Time-window look-up over the log's ``occurred_at`` and resolved event intervals."""
+
+    descriptor = IndexDescriptor(
+        name="temporal",
+        description="Records by time: when they were said, or the event dates they mention, resolved "
+        "('yesterday' said on 8 May 2023 means 7 May 2023).",
+        stores="occurred_at of every record, and the resolved [event_start, event_end) of time expressions.",
+        best_for=["'what happened in May 2023'", "'before / after X' questions", "'when did ...' questions"],
+        query_params=[
+            ParamSpec(name="start", type="datetime", description="Window start; default: the query's window."),
+            ParamSpec(name="end", type="datetime", description="Window end (exclusive)."),
+            ParamSpec(
+                name="dated_only", type="boolean", default=False,
+                description="Only records that mention an event time; with depends_on, keeps the dated "
+                "records among those earlier steps found (good for 'when' questions).",
+            ),
+            ParamSpec(name="anchor_relation", type="string",
+                      description="'before' or 'after': with depends_on, the window ends (starts) at the time of "
+                      "the best record the earlier step found (an anchor event such as 'the wedding')."),  # fmt: skip
+            top_k_param(200),
+        ],
+        returns="Records in the window; events inside it score 1.0, records merely said in it 0.6.",
+        examples=[{"query": "what did I do last week", "params": {}}],
+    )
+
+    def __init__(self, log: LanceLog) -> None:
+        self._log = log
+
+    def available(self, user_id: str) -> bool:
+        return self._log.count(f"user_id = {sql_str(user_id)}") > 0
+
+    def window(self, req: SearchRequest) -> tuple[datetime | None, datetime | None]:
+        """The window a step asks for: explicit, relative to an anchor event, else the analyzer's."""
+        start, end = self.param(req, "start"), self.param(req, "end")
+        relation = self.param(req, "anchor_relation")
+        if relation in ("before", "after") and req.upstream and start is None and end is None:
+            best = max(req.upstream, key=lambda h: h.score)
+            anchor = self._log.get(req.user_id, [best.id]).get(best.id)
+            if anchor is not None:
+                when = anchor.event_start or anchor.occurred_at
+                return (None, when) if relation == "before" else (anchor.event_end or anchor.occurred_at, None)
+        if start is None and end is None and req.analysis and req.analysis.time_window:
+            start, end = req.analysis.time_window.start, req.analysis.time_window.end
+        return start, end
+
+    def _dated_upstream(self, req: SearchRequest, start: datetime | None, end: datetime | None) -> list[Hit]:
+        """The dated records among those earlier steps found (read through the log's record cache)."""
+        ids = list(dict.fromkeys(h.id for h in req.upstream))
+        records = self._log.get(req.user_id, ids)
+        hits = []
+        for rid in ids:
+            rec = records.get(rid)
+            if rec is None or rec.event_start is None or rec.event_end is None:
+                continue
+            if (start and rec.event_end <= start) or (end and rec.event_start >= end):
+                continue
+            hits.append(Hit(rid, 1.0, self.name))
+        return hits[: int(self.param(req, "top_k"))]
+
+    def search(self, req: SearchRequest) -> list[Hit]:
+        start, end = self.window(req)
+        dated_only = bool(self.param(req, "dated_only"))
+        if dated_only and req.upstream:
+            return self._dated_upstream(req, start, end)
+        if self.param(req, "anchor_relation"):
+            req = replace(req, upstream=[])  # the upstream was the anchor, not a set to narrow
+        if start is None and end is None and not (dated_only and req.upstream):
+            return []
+        said, event = [], ["event_start IS NOT NULL"]
+        if start is not None:
+            said.append(f"occurred_at >= {sql_ts(start)}")
+            event.append(f"event_end > {sql_ts(start)}")
+        if end is not None:
+            said.append(f"occurred_at < {sql_ts(end)}")
+            event.append(f"event_start < {sql_ts(end)}")
+        said_q = " AND ".join(said) if said and not dated_only else "FALSE"
+        where = f"user_id = {sql_str(req.user_id)} AND (({' AND '.join(event)}) OR ({said_q}))"
+        if req.project_id:
+            where += f" AND project_id = {sql_str(req.project_id)}"
+        if req.upstream:  # narrow the records earlier steps found
+            where += f" AND {sql_in('id', list(dict.fromkeys(h.id for h in req.upstream)))}"
+        rows = self._log.select(where, ["id", "event_start", "seq"], int(self.param(req, "top_k")) * 4)
+        hits = [Hit(r["id"], 1.0 if r["event_start"] is not None else 0.6, self.name) for r in rows]
+        order = {r["id"]: r["seq"] for r in rows}
+        hits.sort(key=lambda h: (-h.score, -order[h.id]))
+        return hits[: int(self.param(req, "top_k"))]

@@ -1,0 +1,211 @@
+"""The composition root: Settings in, a ready MemoryService out."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
+
+from mnemoplan.config import Settings
+from mnemoplan.extract.times import warm_up as warm_up_dates
+from mnemoplan.storage.bm25 import BM25Index
+from mnemoplan.inference.embedder import Embedder, make_embedder
+from mnemoplan.search.entity_graph import EntityGraphIndex, GraphTraversalIndex
+from mnemoplan.search.fact_store import FactStoreIndex
+from mnemoplan.search.hierarchical import HierarchicalIndex
+from mnemoplan.search.bm25 import BM25SearchIndex
+from mnemoplan.search.registry import IndexRegistry
+from mnemoplan.service.search_log import SearchLog
+from mnemoplan.search.semantic import SemanticIndex
+from mnemoplan.storage.store import MemoryStore
+from mnemoplan.search.temporal import TemporalIndex
+from mnemoplan.search.token_match import TokenMatchIndex
+from mnemoplan.search.working_memory import WorkingMemoryIndex
+from mnemoplan.planner.analyzer import QueryAnalyzer
+from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
+from mnemoplan.planner.llm.expander import LLMExpander
+from mnemoplan.planner.executor import PlanExecutor
+from mnemoplan.inference.llm import LLMClient
+from mnemoplan.planner.llm.evaluator import LLMEvaluator
+from mnemoplan.ingest.llm_extractor import LLMFactExtractor
+from mnemoplan.planner.llm.planner import LLMPlanner, LLMReplanner
+from mnemoplan.planner.ranking import RankingConfig
+from mnemoplan.planner.recall import RecallConfig, RecallPipeline
+from mnemoplan.planner.rerank.rerankers import CrossEncoderReranker, LateInteractionReranker, LLMReranker
+from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.service.service import Limits, MemoryService
+
+log = logging.getLogger(__name__)
+
+
+def build_registry(store: MemoryStore, embedder: Embedder | None = None) -> IndexRegistry:
+    """Every searchable index over one store (``token_match`` with an embedder that gives a
+    query's token vectors)."""
+    keys = lambda u: store.keys(u, create=False)  # noqa: E731
+    registry = IndexRegistry()
+    registry.register(SemanticIndex(store.log))
+    registry.register(BM25SearchIndex(store.bm25))
+    registry.register(EntityGraphIndex(store.graph, keys, store.catalog))
+    registry.register(GraphTraversalIndex(store.graph, keys, store.catalog, store.log))
+    registry.register(TemporalIndex(store.log))
+    registry.register(FactStoreIndex(store.log))
+    registry.register(WorkingMemoryIndex(store.log))
+    registry.register(HierarchicalIndex(store.log, store.bm25))
+    query_tokens = getattr(embedder, "query_tokens", None)
+    if query_tokens is not None:
+        registry.register(TokenMatchIndex(store.log, query_tokens, store.bm25.word_idf))
+    return registry
+
+
+def recall_config(settings: Settings) -> RecallConfig:
+    """Recall's knobs from Settings."""
+    return RecallConfig(
+        ranking=RankingConfig(
+            recency_half_life_days=settings.recency_half_life_days,
+            importance_weight=settings.importance_weight,
+            use_weight=settings.use_weight,
+            context_propagation=settings.context_propagation,
+            session_weight=settings.session_weight,
+            reply_share=settings.reply_share,
+        ),
+        weights=MappingProxyType(dict(settings.recall_weights)),
+        token_budget=settings.recall_token_budget,
+    )
+
+
+def build_service(settings: Settings, *, embedder: Embedder | None = None) -> MemoryService:
+    """Open the stores under ``settings.data_dir``, repair interrupted writes, wire everything.
+
+    A data directory that cannot be written is opened to read only: no repair, no maintenance,
+    no search log and no LLM extraction (they all write); every write raises ``ReadOnlyData``.
+
+    Raises:
+        DataDirLocked: another process owns the data directory.
+        ReadOnlyData: it cannot be written, and holds no memories to read.
+    """
+    embedder = embedder or settings_embedder(settings)
+    store = MemoryStore(
+        settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
+        vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
+    )  # fmt: skip
+    if store.read_only:
+        log.warning("the data directory %s cannot be written to: serving reads only until it can",
+                    settings.data_dir)  # fmt: skip
+    else:
+        try:
+            repaired = store.repair()
+        except BaseException:  # the graph's process and the data directory's lock go with the store
+            store.close()
+            raise
+        if repaired:
+            log.warning("repaired %d interrupted write(s)", repaired)
+        store.maintain_if_fragmented()
+    registry = build_registry(store, embedder)
+    warm_up_dates()  # 0.1-0.2 s here, not in the first query or message that names a date
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemoplan-step")
+    recall = RecallPipeline(
+        registry=registry,
+        analyzer=QueryAnalyzer(store.catalog),
+        executor=PlanExecutor(registry, pool),
+        records=store.log,
+        embed_query=embedder.embed_query,
+        config=recall_config(settings),
+    )
+    limits = Limits(
+        max_text_chars=settings.max_text_chars,
+        max_query_chars=settings.max_query_chars,
+        max_messages_per_call=settings.max_messages_per_call,
+        max_forget_ids=settings.max_forget_ids,
+        recall_default_limit=settings.recall_default_limit,
+        recall_max_limit=settings.recall_max_limit,
+        deep_max_results=settings.deep_max_results,
+    )
+    client = llm_client(settings)
+    llm = llm_parts(settings, client)
+    if settings.recall_rerank != "off":
+        recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
+        recall.rerank_deadline_s = settings.recall_rerank_deadline_s
+    if llm.reranker is None:  # deep search's default only: recall's choice was made above
+        llm.reranker = token_reranker(settings, embedder, store.bm25, registry)
+    deep = DeepSearch(recall, deep_config(settings), llm)
+    service = MemoryService(
+        store=store,
+        embedder=embedder,
+        registry=registry,
+        recall=recall,
+        deep=deep,
+        limits=limits,
+        default_user_id=settings.default_user_id,
+        search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
+    )
+    if client is not None and not store.read_only:
+        service.extraction = BackgroundExtraction(
+            service.ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
+            every=settings.llm_extraction_every,
+        )  # fmt: skip
+    return service
+
+
+def settings_embedder(settings: Settings) -> Embedder:
+    """The embedder Settings name (its model loads in the background)."""
+    return make_embedder(
+        settings.embedding_model,
+        batch_size=settings.embedding_batch_size,
+        threads=settings.embedding_threads,
+        precision=settings.embedding_precision,
+    )
+
+
+def llm_client(settings: Settings) -> LLMClient | None:
+    """The one LLM client every LLM part shares, when an API key is configured."""
+    if not settings.llm_enabled or settings.anthropic_api_key is None:
+        return None
+    return LLMClient(
+        api_key=settings.anthropic_api_key.get_secret_value(),
+        model=settings.llm_model,
+        base_url=settings.anthropic_base_url,
+        timeout_s=settings.llm_timeout_s,
+    )
+
+
+def deep_config(settings: Settings) -> DeepConfig:
+    """Deep search's knobs from Settings."""
+    return DeepConfig(
+        max_rounds=settings.deep_max_rounds,
+        weights=MappingProxyType(dict(settings.deep_weights)),
+        recency_weight=settings.deep_recency_weight,
+        recency_half_life_days=settings.deep_recency_half_life_days,
+        rerank_deadline_s=settings.deep_rerank_deadline_s,
+        deadline_s=settings.deep_deadline_s,
+    )
+
+
+def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
+    """The local cross-encoder reranker, when a model path is configured."""
+    return CrossEncoderReranker(settings.reranker_path) if settings.reranker_path else None
+
+
+def token_reranker(
+    settings: Settings, embedder: Embedder, bm25: BM25Index, registry: IndexRegistry
+) -> LateInteractionReranker | None:
+    """Deep search's reranker without an LLM or a cross-encoder: token-level matching with the
+    embedding model, when it is switched on and the model can give token vectors. Where the
+    ``token_match`` index already matched every memory of the user, deep search skips it."""
+    if settings.deep_token_rerank <= 0 or not hasattr(embedder, "token_vectors"):
+        return None
+    index = registry.get("token_match") if "token_match" in registry.names else None
+    return LateInteractionReranker(embedder.token_vectors, bm25.word_idf, weight=settings.deep_token_rerank,
+                                   complete=getattr(index, "complete", None))  # fmt: skip
+
+
+def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
+    """The LLM-backed planner, evaluator, replanner, reranker and query expander, when an API key is configured.
+
+    Without a key every part is None and deep search runs on its rules; a configured local
+    cross-encoder still reranks.
+    """
+    if client is None:
+        return LLMParts(reranker=cross_encoder(settings))
+    reranker = LLMReranker(client) if settings.llm_rerank else cross_encoder(settings)
+    return LLMParts(planner=LLMPlanner(client), evaluator=LLMEvaluator(client), replanner=LLMReplanner(client),
+                    reranker=reranker, expander=LLMExpander(client) if settings.llm_expand else None)  # fmt: skip

@@ -1,0 +1,476 @@
+"""The memory service: one method per tool, over the store, the ingestor and the planners.
+
+No MCP here: the tools, the CLI and the benchmark all call these methods, so they
+exercise the same code paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, ParamSpec, TypeVar
+
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
+from mnemoplan.inference.embedder import Embedder
+from mnemoplan.ingest.pipeline import IngestConfig, Ingestor, NewMemory, Progress
+from mnemoplan.storage.log.table import sql_in, sql_str
+from mnemoplan.search.registry import IndexRegistry
+from mnemoplan.service.search_log import SearchLog
+from mnemoplan.storage.store import MemoryStore, can_write
+from mnemoplan.model import (
+    ExplainPlanResult,
+    ForgetReceipt,
+    MemoryItem,
+    MessageIn,
+    QueryPlan,
+    RecallOptions,
+    RecallResult,
+    RememberResult,
+    TimeRange,
+    as_utc,
+    check_record_ids,
+    check_scope,
+    check_text,
+)
+from mnemoplan.planner.deep import DeepSearch
+from mnemoplan.planner.recall import RecallPipeline, Scope
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """A service method whose storage failures that the caller can act on (a full disk, a data
+    directory that cannot be written) raise their ``MnemoError`` (see ``errors.storage_failure``)
+    instead of the storage library's own exception, which reached callers as an internal error."""
+
+    def wrap(method: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:
+                failure = storage_failure(exc, doing)
+                if failure is None:
+                    raise
+                log.warning("%s failed: %s", doing, failure.message, exc_info=True)
+                raise failure from exc
+
+        return call
+
+    return wrap
+
+
+def _json_chars(value: Any) -> int:
+    """Characters of ``value`` as stored JSON (not counting escapes of non-ASCII text)."""
+    return len(json.dumps(value, default=str, ensure_ascii=False))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Input limits the service enforces (from Settings)."""
+
+    max_text_chars: int = 32_000
+    max_metadata_chars: int = 16_000  # as JSON
+    max_query_chars: int = 4_000
+    max_messages_per_call: int = 1_000
+    max_forget_ids: int = 10_000
+    recall_default_limit: int = 10
+    recall_max_limit: int = 50
+    deep_max_results: int = 30
+
+
+class MemoryService:
+    """Everything the tools do.
+
+    Args:
+        store: The log and overlays.
+        embedder: Text embedder.
+        registry: Searchable indexes.
+        recall: The recall pipeline.
+        deep: Deep search.
+        limits: Input limits.
+        default_user_id: User of calls that name none.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        embedder: Embedder,
+        registry: IndexRegistry,
+        recall: RecallPipeline,
+        deep: DeepSearch,
+        limits: Limits,
+        default_user_id: str,
+        ingest: IngestConfig | None = None,
+        search_log: SearchLog | None = None,
+    ) -> None:
+        # Set by the composition root when an LLM extracts facts in the background.
+        self.extraction: Any = None
+        self.store = store
+        self.embedder = embedder
+        self.registry = registry
+        self.recall_pipeline = recall
+        self.deep = deep
+        self.limits = limits
+        self.default_user_id = default_user_id
+        self.ingestor = Ingestor(store, embedder.embed, ingest,
+                                 embed_with_tokens=getattr(embedder, "embed_with_tokens", None))  # fmt: skip
+        self.search_log = search_log
+
+    @property
+    def read_only(self) -> bool:
+        """True when the data directory could not be written when the store opened: reads only."""
+        return self.store.read_only
+
+    def writable_now(self) -> bool:
+        """Whether the data directory can be written now (a read-only service is then opened anew)."""
+        return can_write(self.store.data_dir)
+
+    # -- argument checks -----------------------------------------------------------------
+
+    def _logged(self, tool: str, user: str, query: str, search: Callable[[], T]) -> T:
+        """Run a search and log it (query, plan, timings, counts, rounds, cost, outcome)."""
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"ts": datetime.now(UTC).isoformat(), "tool": tool, "user_id": user, "query": query}
+        try:
+            result = search()
+        except MnemoError as exc:
+            entry.update(ok=False, error=exc.code)
+            raise
+        except Exception:
+            entry.update(ok=False, error="internal_error")
+            raise
+        else:
+            entry.update(ok=True, **search_summary(result))
+            self.store.note_access([item.id for item in getattr(result, "items", [])])
+            return result
+        finally:
+            entry["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            if self.search_log is not None:
+                self.search_log.record(entry)
+
+    def _user(self, user_id: str | None) -> str:
+        """The user named, else (None) the server's. An empty name is an error, not the server's
+        user: a caller whose variable came out empty must not write to, read or forget another's
+        memory."""
+        if user_id == "":
+            raise InvalidInput(
+                "user_id is empty.",
+                hint=f"Name the user, or leave user_id out for the server's user ({self.default_user_id!r}).",
+            )
+        return check_scope(self.default_user_id if user_id is None else user_id, what="user_id", required=True)
+
+    def _reader(self, user_id: str | None) -> str:
+        """The user of a read, once every write of theirs that returned is visible."""
+        user = self._user(user_id)
+        self.store.wait_for_writes(user)
+        return user
+
+    def _query(self, query: str) -> str:
+        return check_text(query, what="query", max_chars=self.limits.max_query_chars,
+                          hint="Shorten it to what is asked, or raise MNEMOPLAN_MAX_QUERY_CHARS.")
+
+    @staticmethod
+    def _window(time_range: TimeRange | None) -> tuple[datetime | None, datetime | None]:
+        if time_range is None:
+            return None, None
+        time_range = time_range.checked()
+        return time_range.after, time_range.before
+
+    # -- tools ---------------------------------------------------------------------------
+
+    @storage_errors("remember")
+    def remember(
+        self,
+        *,
+        content: str | None = None,
+        messages: list[MessageIn] | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        project_id: str | None = None,
+        occurred_at: datetime | None = None,
+        kind: str | None = None,
+        speaker: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        flush: bool = False,
+        progress: Progress | None = None,
+    ) -> RememberResult:
+        """Store one text or a list of messages, losslessly, skipping exact repeats.
+
+        ``progress(done, total)`` hears how the embedding of a large call goes, in sentences.
+
+        Raises:
+            InvalidInput: neither or both of content and messages; bad text or ids.
+            TooLarge: text or batch over the limits.
+            ReadOnlyData: the data directory cannot be written.
+            OutOfSpace: its disk is full.
+        """
+        self.store.check_writable()
+        user = self._user(user_id)
+        session = check_scope(session_id, what="session_id")
+        project = check_scope(project_id, what="project_id")
+        if (content is None) == (not messages):
+            raise InvalidInput(
+                "Send either content (one memory) or messages (a list), not both and not neither.",
+                hint='e.g. {"content": "I moved to Lisbon"} or {"messages": [{"content": "...", "speaker": "user"}]}',
+            )
+        if messages is None:
+            messages = [MessageIn(content=content or "", kind=kind, speaker=speaker, metadata=metadata)]
+        if len(messages) > self.limits.max_messages_per_call:
+            raise TooLarge(
+                f"{len(messages)} messages in one call; the limit is {self.limits.max_messages_per_call}.",
+                hint="Send them in several calls.",
+            )
+        memories = []
+        for i, msg in enumerate(messages):
+            at = "" if content is not None else f"messages[{i}]."  # errors name the field the caller sent
+            text = check_text(msg.content, what=f"{at}content", max_chars=self.limits.max_text_chars)
+            extra = {**(metadata or {}), **(msg.metadata or {})}
+            if _json_chars(extra) > self.limits.max_metadata_chars:
+                own = msg.metadata is not None and _json_chars(msg.metadata) > self.limits.max_metadata_chars
+                raise TooLarge(
+                    f"{at if own else ''}metadata is over {self.limits.max_metadata_chars} characters as JSON.",
+                    hint="Keep metadata to small tags and ids; store text as content.",
+                )
+            memories.append(
+                NewMemory(
+                    text=text,
+                    kind=msg.kind or kind or "message",
+                    speaker=check_scope(msg.speaker or speaker, what=f"{at if msg.speaker else ''}speaker"),
+                    occurred_at=msg.occurred_at or occurred_at,
+                    source_id=check_scope(msg.source_id, what=f"{at}source_id"),
+                    metadata=extra,
+                )
+            )
+        result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
+        if self.extraction is not None:
+            new = [r.id for r in result.stored if r.kind == "message"]
+            self.extraction.note(user, session, new, flush=flush)
+        return RememberResult(
+            user_id=user,
+            session_id=session,
+            ids=result.ids,
+            stored=len(result.ids) - result.duplicates,
+            duplicates=result.duplicates,
+            derived=result.derived,
+            warnings=result.warnings,
+        )
+
+    @storage_errors("recall")
+    def recall(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        limit: int | None = None,
+        project_id: str | None = None,
+        time_range: TimeRange | None = None,
+        reference_time: datetime | None = None,
+        options: RecallOptions | None = None,
+        history: list[str] | None = None,
+    ) -> RecallResult:
+        """The fast path: deterministic multi-signal retrieval and a ready-to-paste context.
+
+        Raises:
+            InvalidInput: bad query, limit, scope or time range.
+        """
+        user = self._reader(user_id)
+        query = self._query(query)
+        limit = self.limits.recall_default_limit if limit is None else limit
+        if not 1 <= limit <= self.limits.recall_max_limit:
+            raise InvalidInput(f"limit must be between 1 and {self.limits.recall_max_limit}, got {limit}.")
+        after, before = self._window(time_range)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        if history and (len(history) > 50 or any(not isinstance(h, str) for h in history)):
+            raise InvalidInput("history takes at most 50 strings (the last turns of the conversation).")
+        for i, turn in enumerate(history or []):
+            check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars,
+                       hint="Send the turn shortened, or raise MNEMOPLAN_MAX_TEXT_CHARS.")
+        now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
+        return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
+            query, scope, limit=limit, reference_time=now, options=options, history=history))  # fmt: skip
+
+    @storage_errors("deep_memory_search")
+    def deep_search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        time_range: TimeRange | None = None,
+        max_results: int | None = None,
+        plan: QueryPlan | None = None,
+        project_id: str | None = None,
+        reference_time: datetime | None = None,
+    ):
+        """The thorough path: plan, execute, judge, re-plan, rerank.
+
+        ``max_results`` defaults to a caller plan's own, else 10.
+
+        Raises:
+            InvalidInput: bad arguments.
+            InvalidPlan: a caller plan that does not validate.
+        """
+        user = self._reader(user_id)
+        query = self._query(query)
+        what = "max_results"
+        if max_results is None:
+            max_results, what = (10, what) if plan is None else (plan.max_results, "plan.max_results")
+        if not 1 <= max_results <= self.limits.deep_max_results:
+            raise InvalidInput(
+                f"{what} must be between 1 and {self.limits.deep_max_results}, got {max_results}."
+            )
+        after, before = self._window(time_range)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
+        return self._logged("deep", user, query, lambda: self.deep.run(
+            query, scope, max_results=max_results, plan=plan, reference_time=now))  # fmt: skip
+
+    @storage_errors("search")
+    def single_index_search(
+        self, index: str, query: str, *, user_id: str | None = None, params: dict[str, Any] | None = None
+    ) -> list[MemoryItem]:
+        """One index alone, in its own order (no fusion, no expansion): the baselines of the bench.
+
+        Raises:
+            InvalidPlan: unknown index or parameter.
+        """
+        user = self._reader(user_id)
+        query = self._query(query)
+        return self.recall_pipeline.single_index(index, query, Scope(user), params or {})
+
+    @storage_errors("forget")
+    def forget(
+        self,
+        *,
+        ids: list[str] | None = None,
+        scope: Literal["user", "project", "session"] | None = None,
+        user_id: str | None = None,
+        project_id: str | None = None,
+        session_id: str | None = None,
+    ) -> ForgetReceipt:
+        """Delete by id or by scope, from every store, and purge the bytes.
+
+        Every call first finishes what an earlier forget of the user left unfinished (it
+        failed after deleting, so those records are out of the log already): its receipt
+        lists them in ``finished_ids``, and their ids are not unknown to it.
+
+        Raises:
+            InvalidInput: neither ids nor scope, a malformed id, a scope without its id.
+            NotFound: an id that is not one of this user's memories (nothing is deleted).
+            ReadOnlyData: the data directory cannot be written (nothing is deleted).
+            OutOfSpace: its disk is full. Once the records are deleted, a purge that fails for
+                it is no error: the receipt says ``purged`` False, and why, in ``warnings``.
+        """
+        started = time.perf_counter()
+        self.store.check_writable()
+        user = self._user(user_id)
+        if bool(ids) == bool(scope):
+            raise InvalidInput(
+                "Send either ids or a scope (user, project or session), not both and not neither.",
+                hint='e.g. {"ids": ["<id>"]} or {"scope": "session", "session_id": "s1"}',
+            )
+        if ids:
+            if len(ids) > self.limits.max_forget_ids:
+                raise TooLarge(f"{len(ids)} ids in one call; the limit is {self.limits.max_forget_ids}.")
+            wanted = check_record_ids(ids)
+            found = {r["id"] for r in self.store.log.select(
+                f"user_id = {sql_str(user)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+            unfinished = self.store.unfinished_ids(user)
+            unknown = [rid for rid in wanted if rid not in found and rid not in unfinished]
+            if unknown:
+                raise NotFound(
+                    f"{len(unknown)} id(s) are not memories of user {user!r} (never stored, or forgotten "
+                    f"already): {', '.join(unknown[:5])}.",
+                    hint="Nothing was deleted. Check the ids and the user_id; a forget that succeeded "
+                    "needs no retry.",
+                )
+            report = self.store.delete(user, [rid for rid in wanted if rid in found])
+            label = "ids"
+        elif scope == "user":
+            report = self.store.drop_user(user)
+            label = "user"
+        elif scope in ("project", "session"):
+            value = check_scope(project_id if scope == "project" else session_id, what=f"{scope}_id", required=True)
+            column = "project_id" if scope == "project" else "session_id"
+            rows = self.store.log.select(f"user_id = {sql_str(user)} AND {column} = {sql_str(value)}", ["id"])
+            report = self.store.delete(user, [r["id"] for r in rows])
+            label = scope
+        else:
+            raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
+        # The records are deleted: what follows is bookkeeping, whose failure (a full disk) the
+        # receipt reports rather than turning the whole forget into an error.
+        gone = None if label == "user" else {*report.ids, *report.finished}
+        if self.search_log is not None:
+            try:
+                report.per_store["search_log"] = self.search_log.forget(user, gone)
+            except OSError as exc:
+                log.warning("the search log could not be rewritten after a forget", exc_info=True)
+                report.warnings.append(f"The search log could not be rewritten ({exc.strerror or exc}): "
+                                       "it still lists the searches that returned them.")  # fmt: skip
+        if self.extraction is not None:
+            try:
+                self.extraction.forget(user, gone)
+            except OSError:  # only its state file: it is up to date in memory, and stale ids are skipped
+                log.warning("the LLM extraction's state could not be saved after a forget", exc_info=True)
+        return ForgetReceipt(
+            user_id=user,
+            scope=label,
+            ids=report.ids[:1000],
+            removed=len(report.ids),
+            deleted=report.per_store,
+            finished_ids=report.finished[:1000],
+            purged=report.purged,
+            warnings=report.warnings,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+
+    @storage_errors("explain_plan")
+    def explain_plan(self, query: str, *, user_id: str | None = None) -> ExplainPlanResult:
+        """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
+        user = self._reader(user_id)
+        query = self._query(query)
+        result = self.deep.explain(query, user)
+        # The schema's bound is the model's widest; this server takes at most its own cap.
+        result.plan_schema["properties"]["max_results"]["maximum"] = self.limits.deep_max_results
+        return result
+
+    def close(self) -> None:
+        """Release every store (each is closed even when another fails to close)."""
+        with ExitStack() as closing:
+            closing.callback(self.store.close)
+            if self.search_log is not None:
+                closing.callback(self.search_log.close)
+            if self.extraction is not None:
+                closing.callback(self.extraction.close)
+            closing.callback(self.deep.close)
+
+
+def search_summary(result: Any) -> dict[str, Any]:
+    """What the search log keeps of a recall or deep search result."""
+    if isinstance(result, RecallResult):
+        plan = result.trace.plan
+        return {
+            "plan": plan.name if plan else "", "steps": [s.model_dump() for s in result.trace.signals],
+            "timings_ms": result.trace.timings_ms, "items": len(result.items), "candidates": result.total_candidates,
+            "rounds": 1, "cost_usd": 0.0, "llm_calls": 0, "result_ids": [i.id for i in result.items][:50],
+            "warnings": len(result.warnings),
+        }  # fmt: skip
+    stats = result.stats
+    return {
+        "plan": result.plans[-1].name if result.plans else "",
+        "steps": [{"name": s.step_id, "index": s.index, "count": s.count, "ms": s.ms, "error": s.error}
+                  for s in result.steps],  # fmt: skip
+        "timings_ms": stats.durations_ms, "items": len(result.items),
+        "candidates": sum(stats.candidates_per_index.values()), "rounds": stats.rounds, "cost_usd": stats.cost_usd,
+        "llm_calls": stats.llm_calls, "sufficient": result.sufficient, "result_ids": [i.id for i in result.items][:50],
+        "warnings": len(result.warnings),
+    }  # fmt: skip

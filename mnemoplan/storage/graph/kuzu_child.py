@@ -1,0 +1,355 @@
+"""The graph's Kùzu database, as it runs in the graph's child process. The only module that imports kuzu.
+
+Only the child imports this (see ``graph._CHILD``): the server's own process never loads
+Kùzu, whose checkpoints write memory it never initialised into the database file (see
+``graph``). ``serve`` answers ``GraphIndex``'s requests with a ``KuzuGraph``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import kuzu
+
+from mnemoplan.storage.graph.client import REMOTE, GraphRecord, failed, receive, send
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = [
+    "CREATE NODE TABLE IF NOT EXISTS Record(id STRING, user STRING, kind STRING, seq INT64, ts INT64, PRIMARY KEY(id))",
+    "CREATE NODE TABLE IF NOT EXISTS Session(id STRING, user STRING, PRIMARY KEY(id))",
+    "CREATE NODE TABLE IF NOT EXISTS Entity(id STRING, user STRING, etype STRING, PRIMARY KEY(id))",
+    "CREATE REL TABLE IF NOT EXISTS IN_SESSION(FROM Record TO Session)",
+    "CREATE REL TABLE IF NOT EXISTS NEXT(FROM Record TO Record)",
+    "CREATE REL TABLE IF NOT EXISTS MENTIONS(FROM Record TO Entity, role STRING)",
+    "CREATE REL TABLE IF NOT EXISTS DERIVED_FROM(FROM Record TO Record)",
+    "CREATE REL TABLE IF NOT EXISTS RELATED(FROM Entity TO Entity, fact STRING, strength DOUBLE, "
+    "negated BOOLEAN, valid_to INT64)",
+]
+
+
+class KuzuGraph:
+    """The Kùzu database itself; runs in the graph's child process (see ``GraphIndex``).
+
+    Kùzu 0.11.3 crashes (SIGSEGV) in a checkpoint that follows one where a node group of a
+    relationship table had edges inserted *and* deleted since the checkpoint before, and no
+    other change: that checkpoint takes an early return (``CSRNodeGroup::checkpointInMemAndOnDisk``
+    with no region to write) that leaves the deleted edges' rows in its in-memory index marked
+    invalid instead of clearing them, and the next checkpoint of the table reads a chunk at that
+    invalid row index. Remembering a few turns and forgetting them did exactly that every round,
+    from the third on. So no edge is ever deleted before a checkpoint has made it persistent
+    (``_settle``); and a database opened with a write-ahead log, which may replay such edges (a
+    process killed meanwhile, or one that crashed so), is checkpointed and opened again first.
+
+    Args:
+        path: File of the Kùzu database.
+        buffer_pool_mb: Kùzu's page cache (its default is most of the machine's RAM).
+        unwind_max_records: Graph size up to which edges are written in one statement (see ``_each``).
+        read_only: Open the database to read only (its schema is then taken as it is).
+    """
+
+    def __init__(
+        self, path: Path, *, buffer_pool_mb: int, unwind_max_records: int, read_only: bool = False
+    ) -> None:
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._path, self._buffer_pool, self._read_only = path, buffer_pool_mb * 1024 * 1024, read_only
+        self._unwind_max = unwind_max_records
+        self._open()
+        wal = path.with_name(f"{path.name}.wal")
+        if not read_only and wal.exists() and wal.stat().st_size:
+            # The first checkpoint after opening never crashes; the edges the log replayed
+            # leave the memory with the process's copy of the database (see the class's doc).
+            self.checkpoint()
+            self.close()
+            self._open()
+        # Edges inserted since the last checkpoint, as far as this process knows (Kùzu may
+        # checkpoint on its own as well, which only makes a ``_settle`` do needless work).
+        self._unsettled = False
+        for statement in _SCHEMA if not read_only else ():
+            self._conn.execute(statement)
+
+    def _open(self) -> None:
+        self._db = kuzu.Database(str(self._path), buffer_pool_size=self._buffer_pool, read_only=self._read_only)
+        self._conn = kuzu.Connection(self._db)
+        # Our queries are small; one thread each keeps Kùzu from competing with the
+        # embedding and the other signals of the same recall for the two cores.
+        self._conn.set_max_threads_for_exec(1)
+
+    def _run(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        result = self._conn.execute(query, params or {})
+        return result.get_all() if isinstance(result, kuzu.QueryResult) else []
+
+    def _each(self, query: str, rows: list[dict[str, Any]], *, batched: bool) -> None:
+        """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
+
+        Kùzu answers ``UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b})``
+        with a scan of the node table per row: cheap on a small graph (the whole of a
+        4-conversation ingest's edges in 1.5 s), ruinous on a large one (15 ms a row at 92k
+        records, so the overlay fell ever further behind). One statement per row costs a
+        steady ~0.5 ms. Below ``unwind_max_records`` records the batch wins (``batched``),
+        above it the rows.
+        """
+        if not rows:
+            return
+        if batched:
+            unwound = query.replace("$a", "row.a").replace("$b", "row.b")
+            self._conn.execute("UNWIND $rows AS row " + unwound, {"rows": rows})
+            return
+        for row in rows:
+            self._conn.execute(query, row)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction for several statements (one commit instead of one per statement)."""
+        self._conn.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            try:
+                self._conn.execute("ROLLBACK")
+            except RuntimeError:  # Kùzu already rolled back (e.g. after running out of buffer pool)
+                log.warning("graph transaction was already rolled back", exc_info=True)
+            raise
+        self._conn.execute("COMMIT")
+
+    # -- writes ------------------------------------------------------------------------
+
+    def add(self, records: list[GraphRecord], *, fresh: bool = False) -> None:
+        """Insert records with their edges; re-adding a record is harmless.
+
+        ``fresh`` promises the records and their edges are new (a first write), which lets
+        them be created without the look-ups MERGE needs; repair and rebuild never pass it.
+        """
+        if not records:
+            return
+        put = "CREATE" if fresh else "MERGE"
+        self._unsettled = True
+        with self._transaction():
+            # Counting nodes costs under a millisecond; it picks how the edges are written.
+            batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < self._unwind_max
+            rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
+            if fresh:
+                self._run(
+                    "UNWIND $rows AS row CREATE (:Record {id: row.id, user: row.user, kind: row.kind, "
+                    "seq: row.seq, ts: row.ts})",
+                    {"rows": rows},
+                )
+            else:
+                self._run(
+                    "UNWIND $rows AS row MERGE (r:Record {id: row.id}) "
+                    "SET r.user = row.user, r.kind = row.kind, r.seq = row.seq, r.ts = row.ts",
+                    {"rows": rows},
+                )
+            sessions = [{"id": r.id, "s": r.session, "user": r.user} for r in records if r.session]
+            if sessions:
+                distinct = list({row["s"]: row for row in sessions}.values())
+                self._run(
+                    "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
+                    {"rows": distinct},
+                )
+            self._each(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
+                       [{"a": row["id"], "b": row["s"]} for row in sessions], batched=batched)  # fmt: skip
+            self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",
+                       [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id], batched=batched)  # fmt: skip
+            self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:DERIVED_FROM]->(b)",
+                       [{"a": r.id, "b": src} for r in records for src in r.derived_from], batched=batched)  # fmt: skip
+            entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
+            if entities:
+                self._run(
+                    "UNWIND $rows AS row MERGE (e:Entity {id: row.id}) SET e.user = row.user, "
+                    "e.etype = CASE WHEN row.etype = '' THEN e.etype ELSE row.etype END",
+                    {"rows": [{"id": e, "user": u, "etype": t} for e, u, t in entities]},
+                )
+                mentions = [{"r": r.id, "e": m.entity, "role": m.role} for r in records for m in r.mentions]
+                self._run(
+                    "UNWIND $rows AS row MATCH (r:Record {id: row.r}), (e:Entity {id: row.e}) "
+                    f"{put} (r)-[m:MENTIONS]->(e) SET m.role = row.role",
+                    {"rows": mentions},
+                )
+            relations = [
+                {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
+                for r in records
+                for rel in r.relations
+            ]
+            if relations:
+                self._run(
+                    "UNWIND $rows AS row MATCH (a:Entity {id: row.a}), (b:Entity {id: row.b}) "
+                    "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
+                    {"rows": relations},
+                )
+
+    def close_relation(self, fact_id: str, valid_to: int | None) -> None:
+        """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
+        self._unsettled = True
+        self._run("MATCH ()-[x:RELATED {fact: $f}]->() SET x.valid_to = $t", {"f": fact_id, "t": valid_to})
+
+    def _settle(self) -> None:
+        """Checkpoint before deleting edges if some may not be persistent yet (see the class's doc)."""
+        if self._unsettled:
+            self.checkpoint()
+
+    def delete(self, ids: list[str]) -> int:
+        """Detach-delete records, then drop sessions and entities nothing points at any more."""
+        if not ids:
+            return 0
+        self._settle()
+        with self._transaction():
+            found = self._run("MATCH (r:Record) WHERE r.id IN $ids RETURN count(r)", {"ids": ids})[0][0]
+            self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
+            self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
+            self._drop_orphans()
+        return int(found)
+
+    def _drop_orphans(self) -> None:
+        self._run("MATCH (s:Session) WHERE NOT EXISTS { MATCH (:Record)-[:IN_SESSION]->(s) } DELETE s")
+        self._run("MATCH (e:Entity) WHERE NOT EXISTS { MATCH (:Record)-[:MENTIONS]->(e) } DETACH DELETE e")
+
+    def drop_user(self, user: str) -> int:
+        """Delete everything of one user."""
+        self._settle()
+        with self._transaction():
+            found = self._run("MATCH (r:Record {user: $u}) RETURN count(r)", {"u": user})[0][0]
+            self._run("MATCH (r:Record {user: $u}) DETACH DELETE r", {"u": user})
+            self._run("MATCH (e:Entity {user: $u}) DETACH DELETE e", {"u": user})
+            self._run("MATCH (s:Session {user: $u}) DETACH DELETE s", {"u": user})
+        return int(found)
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the database file."""
+        self._run("CHECKPOINT")
+        self._unsettled = False
+
+    def close(self) -> None:
+        """Release the database (other processes may open it afterwards)."""
+        self._conn.close()
+        self._db.close()
+
+    # -- reads -------------------------------------------------------------------------
+
+    def ids(self, user: str) -> set[str]:
+        """Every record id of a user in the graph."""
+        return {row[0] for row in self._run("MATCH (r:Record {user: $u}) RETURN r.id", {"u": user})}
+
+    def entity_records(
+        self, user: str, entities: list[str], limit: int = 500, roles: list[str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """Records that mention (or are said by) any of the entities: (record, entity, role), newest first."""
+        if not entities:
+            return []
+        role_filter = "AND m.role IN $roles " if roles else ""
+        params: dict[str, Any] = {"es": entities, "u": user, "k": limit}
+        if roles:
+            params["roles"] = roles
+        return [
+            (row[0], row[1], row[2])
+            for row in self._run(
+                "MATCH (r:Record)-[m:MENTIONS]->(e:Entity) WHERE e.id IN $es AND e.user = $u "
+                f"{role_filter}RETURN r.id, e.id, m.role ORDER BY r.seq DESC LIMIT $k",
+                params,
+            )
+        ]
+
+    def related_entities(
+        self, user: str, entities: list[str], limit: int = 50
+    ) -> list[tuple[str, str, float]]:
+        """Entities one step away: through a valid RELATED edge, or mentioned by the same record.
+
+        Returns (from entity, to entity, strength), strongest first.
+        """
+        if not entities:
+            return []
+        related = self._run(
+            "MATCH (a:Entity)-[x:RELATED]-(b:Entity) WHERE a.id IN $es AND a.user = $u AND NOT x.negated "
+            "AND (x.valid_to IS NULL) RETURN a.id, b.id, max(x.strength) AS s ORDER BY s DESC LIMIT $k",
+            {"es": entities, "u": user, "k": limit},
+        )
+        co = self._run(
+            "MATCH (a:Entity)<-[:MENTIONS]-(r:Record)-[m:MENTIONS]->(b:Entity) "
+            "WHERE a.id IN $es AND a.user = $u AND m.role <> 'speaker' AND NOT b.id IN $es "
+            "RETURN a.id, b.id, count(r) AS c ORDER BY c DESC LIMIT $k",
+            {"es": entities, "u": user, "k": limit},
+        )
+        out: dict[tuple[str, str], float] = {}
+        for a, b, s in related:
+            out[(a, b)] = max(out.get((a, b), 0.0), float(s or 1.0))
+        for a, b, c in co:
+            out[(a, b)] = max(out.get((a, b), 0.0), min(1.0, 0.25 * float(c)))
+        ranked = sorted(out.items(), key=lambda kv: -kv[1])[:limit]
+        return [(a, b, s) for (a, b), s in ranked]
+
+    def neighbours(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        """For each record: (previous turn id, next turn id), '' where there is none."""
+        if not ids:
+            return {}
+        out = {rid: ("", "") for rid in ids}
+        for rid, prev in self._run(
+            "MATCH (p:Record)-[:NEXT]->(r:Record) WHERE r.id IN $ids RETURN r.id, p.id", {"ids": ids}
+        ):
+            out[rid] = (prev, out[rid][1])
+        for rid, nxt in self._run(
+            "MATCH (r:Record)-[:NEXT]->(n:Record) WHERE r.id IN $ids RETURN r.id, n.id", {"ids": ids}
+        ):
+            out[rid] = (out[rid][0], nxt)
+        return out
+
+    def session_records(self, user: str, sessions: list[str], limit: int = 2_000) -> list[tuple[str, str]]:
+        """Records of some sessions: (record id, session key) in conversation order."""
+        if not sessions:
+            return []
+        return [
+            (row[0], row[1])
+            for row in self._run(
+                "MATCH (r:Record)-[:IN_SESSION]->(s:Session) WHERE s.id IN $ss AND s.user = $u "
+                "RETURN r.id, s.id ORDER BY r.seq LIMIT $k",
+                {"ss": sessions, "u": user, "k": limit},
+            )
+        ]
+
+    def derived_from(self, ids: list[str]) -> dict[str, list[str]]:
+        """Derived records (facts, summaries) that cite any of ``ids``: source id -> derived ids."""
+        if not ids:
+            return {}
+        out: dict[str, list[str]] = {}
+        for derived, source in self._run(
+            "MATCH (d:Record)-[:DERIVED_FROM]->(s:Record) WHERE s.id IN $ids RETURN d.id, s.id", {"ids": ids}
+        ):
+            out.setdefault(source, []).append(derived)
+        return out
+
+
+def serve(path: str, buffer_pool_mb: int, unwind_max_records: int, read_only: bool = False) -> None:
+    """The child's loop (see ``graph._CHILD``): answer ``(method, args, kwargs)`` requests from stdin
+    on stdout until told to close.
+
+    Replies are ``(True, result)`` or ``(False, "exception type: message")``. The parent's
+    end of the pipe closing (it exited, or was killed) closes the database too.
+    """
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed by a library goes to stderr, not into the replies
+    requests = sys.stdin.buffer
+    try:
+        graph = KuzuGraph(Path(path), buffer_pool_mb=buffer_pool_mb, unwind_max_records=unwind_max_records,
+                          read_only=read_only)  # fmt: skip
+    except Exception as exc:
+        send(replies, failed(exc))
+        return
+    send(replies, (True, os.getpid()))
+    while (request := receive(requests)) is not None:
+        name, args, kwargs = request
+        try:
+            if name not in REMOTE:
+                raise AttributeError(f"the graph has no request {name!r}")
+            reply = (True, getattr(graph, name)(*args, **kwargs))
+        except Exception as exc:
+            reply = failed(exc)
+        send(replies, reply)
+        if name == "close":
+            return
+    graph.close()

@@ -1,0 +1,246 @@
+"""Memories' token vectors, compact, and matched against a query's tokens (late interaction).
+
+A sentence embedding is one average, so a question's "exercises" has to survive averaging to
+meet a memory's "kickboxing". Matching token by token does not ask that: each query token finds
+its best match among a memory's contextual token vectors. This module packs those vectors for
+the log and holds each user's in memory for a scan that costs about a millisecond per 20k tokens.
+
+Packing: only the tokens of words an index keeps (stop words and punctuation go), projected
+from the model's width to ``DIM`` by a fixed +-1 matrix (derived from a hash, so it never
+changes between versions or machines), stored as int8 with one scale per token: ~2.7 KB per
+LoCoMo turn against ~27 KB as float16, for 0.4 point of R@10 measured (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from mnemoplan.storage.log.vector_cache import UserCache, passing
+
+DIM = 128
+_MAGIC = b"T1"
+_HEADER = struct.Struct("<2sHH")  # magic, tokens, dimensions
+_MAX_TOKENS = 65_535
+CHUNK_TOKENS = 32_768  # tokens scored per matrix product (16 MB as float32)
+
+
+@functools.cache
+def projection(width: int, dim: int = DIM) -> np.ndarray:
+    """The fixed ``width`` x ``dim`` projection: signs read from SHAKE-256 of a constant, over sqrt(dim)."""
+    bits = np.unpackbits(np.frombuffer(hashlib.shake_256(b"mnemoplan token projection v1").digest(width * dim // 8 + 1),
+                                       dtype=np.uint8))[: width * dim]  # fmt: skip
+    return ((bits.astype(np.float32) * 2.0 - 1.0) / np.float32(np.sqrt(dim))).reshape(width, dim)
+
+
+def project(vectors: np.ndarray) -> np.ndarray:
+    """Token vectors (n, width) projected to unit vectors (n, DIM), float32."""
+    if len(vectors) == 0:
+        return np.zeros((0, DIM), dtype=np.float32)
+    out = np.asarray(vectors, dtype=np.float32) @ projection(vectors.shape[1])
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (out / norms).astype(np.float32, copy=False)
+
+
+def pack(vectors: np.ndarray) -> bytes:
+    """Token vectors of one memory, projected and quantised, as stored in the log."""
+    return pack_many([project(vectors)])[0]
+
+
+def pack_many(memories: list[np.ndarray]) -> list[bytes]:
+    """Many memories' token vectors, already projected (``project``, or ``projection`` applied
+    by the model: see ``Ingestor``), quantised; no matrix product here."""
+    memories = [m[:_MAX_TOKENS] for m in memories]
+    unit = np.concatenate(memories).astype(np.float32, copy=False) if memories else np.zeros((0, DIM), np.float32)
+    if unit.shape[1:] != (DIM,):
+        raise ValueError(f"pack_many takes {DIM}-d projected token vectors, not {unit.shape[1:]}")
+    scale = np.abs(unit).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    codes = np.round(unit / scale[:, None]).astype(np.int8)
+    half = scale.astype(np.float16)
+    out, start = [], 0
+    for m in memories:
+        end = start + len(m)
+        out.append(_HEADER.pack(_MAGIC, len(m), DIM) + half[start:end].tobytes() + codes[start:end].tobytes())
+        start = end
+    return out
+
+
+def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The int8 codes (n, DIM) and per-token float32 scales (n,) of a packed memory.
+
+    Raises:
+        ValueError: not a packing this version reads.
+    """
+    magic, n, dim = _HEADER.unpack_from(blob)
+    if magic != _MAGIC or len(blob) != _HEADER.size + n * 2 + n * dim:
+        raise ValueError("not a packed token matrix")
+    scale = np.frombuffer(blob, dtype=np.float16, count=n, offset=_HEADER.size).astype(np.float32)
+    codes = np.frombuffer(blob, dtype=np.int8, count=n * dim, offset=_HEADER.size + n * 2).reshape(n, dim)
+    return codes, scale
+
+
+def token_weights(text: str, words: list[tuple[int, int]], idf: Callable[[list[str]], list[float]]) -> np.ndarray:
+    """Weights summing to 1 for a query's tokens: each by its word's rarity in the user's memory
+    (``idf`` of the words; 0 for a stop word), so the words that carry the question decide;
+    all alike when every word is a stop word."""
+    spans = sorted(set(words))
+    weight = dict(zip(spans, idf([text[a:b] for a, b in spans]), strict=True))
+    out = np.array([weight[span] for span in words], dtype=np.float64)
+    if out.sum() <= 0:
+        out = np.ones(len(words), dtype=np.float64)
+    return out / max(float(out.sum()), 1e-12)
+
+
+@dataclass(frozen=True)
+class TokenBlock:
+    """Some memories of one user: their tokens end to end (``starts[i]`` is memory i's first),
+    and the columns search filters read. Never changed once built."""
+
+    ids: list[str]
+    codes: np.ndarray  # (tokens, DIM) int8
+    scales: np.ndarray  # (tokens,) float32
+    starts: np.ndarray  # (memories,) int64
+    kinds: np.ndarray  # KIND_CODES
+    projects: np.ndarray
+    occurred: np.ndarray  # micros()
+
+    @classmethod
+    def build(cls, ids: list[str], blobs: list[bytes], kinds: np.ndarray, projects: np.ndarray,
+              occurred: np.ndarray) -> TokenBlock:  # fmt: skip
+        """A block from packed memories and their kind codes, projects and times (``micros``);
+        memories with no tokens are left out."""
+        keep, codes, scales = [], [], []
+        for i, blob in enumerate(blobs):
+            c, s = unpack(blob)
+            if len(c):
+                keep.append(i)
+                codes.append(c)
+                scales.append(s)
+        lengths = np.array([len(c) for c in codes], dtype=np.int64)
+        return cls(
+            ids=[ids[i] for i in keep],
+            codes=np.concatenate(codes) if codes else np.zeros((0, DIM), dtype=np.int8),
+            scales=np.concatenate(scales) if scales else np.zeros(0, dtype=np.float32),
+            starts=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(keep) else lengths,
+            kinds=np.asarray(kinds, dtype=np.int8)[keep],
+            projects=np.asarray(projects, dtype=object)[keep],
+            occurred=np.asarray(occurred, dtype=np.int64)[keep],
+        )
+
+    @property
+    def tokens(self) -> int:
+        """How many token vectors the block holds."""
+        return len(self.codes)
+
+    def match(self, query: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Each memory's weighted mean, over the query's tokens, of its best cosine with them.
+
+        Scored a slice of whole memories at a time (~CHUNK_TOKENS tokens): the int8 codes are
+        widened to float32 for the product, and a whole large block at once would be a copy of
+        hundreds of megabytes per query."""
+        n = len(self.ids)
+        out = np.zeros(n, dtype=np.float64)
+        ends = np.append(self.starts[1:], self.tokens)
+        lo = 0
+        while lo < n:
+            hi = max(int(np.searchsorted(ends, self.starts[lo] + CHUNK_TOKENS, side="right")), lo + 1)
+            first, last = int(self.starts[lo]), int(ends[hi - 1])
+            sims = (query @ self.codes[first:last].T.astype(np.float32)) * self.scales[first:last]
+            out[lo:hi] = weights @ np.maximum.reduceat(sims, self.starts[lo:hi] - first, axis=1)
+            lo = hi
+        return out
+
+    def mask(self, kinds: list[str] | None, project_id: str | None, after: datetime | None,
+             before: datetime | None) -> np.ndarray:  # fmt: skip
+        """Which memories pass the filters."""
+        return passing(self.kinds, self.projects, self.occurred, kinds, project_id, after, before)
+
+
+def merge_small(blocks: tuple[TokenBlock, ...], most: int = 8) -> tuple[TokenBlock, ...]:
+    """At most ``most`` blocks: the smallest neighbours are joined (appends come in small blocks)."""
+    blocks = tuple(b for b in blocks if b.ids)
+    while len(blocks) > most:
+        i = min(range(len(blocks) - 1), key=lambda k: blocks[k].tokens + blocks[k + 1].tokens)
+        a, b = blocks[i], blocks[i + 1]
+        joined = TokenBlock(
+            ids=a.ids + b.ids, codes=np.concatenate([a.codes, b.codes]), scales=np.concatenate([a.scales, b.scales]),
+            starts=np.concatenate([a.starts, b.starts + a.tokens]), kinds=np.concatenate([a.kinds, b.kinds]),
+            projects=np.concatenate([a.projects, b.projects]), occurred=np.concatenate([a.occurred, b.occurred]),
+        )  # fmt: skip
+        blocks = blocks[:i] + (joined,) + blocks[i + 2 :]
+    return blocks
+
+
+class TokenCache(UserCache[tuple[TokenBlock, ...]]):
+    """Users' token blocks in memory, least recently used out, kept in step by the log as its
+    vector cache is: appends add a block, deletes and rewrites drop the user.
+
+    Args:
+        max_user_tokens: Users with more token vectors are not held (they are scanned from the log).
+        max_total_tokens: Token vectors held across users (130 bytes each).
+    """
+
+    def __init__(self, *, max_user_tokens: int = 2_000_000, max_total_tokens: int | None = None) -> None:
+        super().__init__(max_total_tokens or 2 * max_user_tokens)
+        self.max_user_tokens = max_user_tokens
+        # Users found over max_user_tokens. Appends only add tokens, so only a delete or a
+        # rewrite (``invalidate``) forgets the verdict; ``_shrinks`` counts those per user.
+        self._too_large: set[str] = set()
+        self._shrinks: Counter[str] = Counter()
+
+    def size_stamp(self, user_id: str) -> tuple[int, int]:
+        """Read before loading a user's tokens; pass it to ``mark_too_large``."""
+        with self._lock:
+            return self._epoch, self._shrinks[user_id]
+
+    def mark_too_large(self, user_id: str, stamp: tuple[int, int]) -> None:
+        """Remember that a user's tokens, read from the log since ``stamp``, did not fit: a search
+        that does not scan then skips them without reading the log again. Appends meanwhile
+        do not matter (they only add tokens); a delete or rewrite meanwhile voids the verdict."""
+        with self._lock:
+            if stamp == (self._epoch, self._shrinks[user_id]):
+                self._too_large.add(user_id)
+
+    def too_large(self, user_id: str) -> bool:
+        """Whether the user was found too large to hold (see ``mark_too_large``)."""
+        with self._lock:
+            return user_id in self._too_large
+
+    def _invalidate(self, user_id: str | None) -> None:
+        super()._invalidate(user_id)
+        if user_id is None:
+            self._too_large.clear()
+        else:
+            self._too_large.discard(user_id)
+            self._shrinks[user_id] += 1
+
+    @staticmethod
+    def size(entry: tuple[TokenBlock, ...]) -> int:
+        return sum(b.tokens for b in entry)
+
+    def put(self, user_id: str, blocks: tuple[TokenBlock, ...], generation: tuple[int, int]) -> None:
+        """Hold a user's tokens loaded whole, unless they changed since ``generation``."""
+        super().put(user_id, merge_small(blocks), generation)
+
+    def extend(self, user_id: str, block: TokenBlock) -> None:
+        """Add newly written memories to a held user (one not held loads them later)."""
+        with self._lock:
+            self._changes[user_id] += 1
+            blocks = self._users.get(user_id)
+            if blocks is None or not block.ids:
+                return
+            held = {rid for b in blocks for rid in b.ids}
+            raced = any(rid in held for rid in block.ids)  # a load raced the write and holds them
+            if raced or self.size(blocks) + block.tokens > self.max_user_tokens:
+                del self._users[user_id]  # loaded again on next use
+            else:
+                self._users[user_id] = merge_small((*blocks, block))
