@@ -1,7 +1,8 @@
 """Sentence splitting for embeddings: a message's vector is the mean of its sentences' vectors.
 
 On LoCoMo that vector finds the right turn far more often than an embedding of the whole
-turn (dense-only R@10 50 vs 41), at the same cost: the model runs over the same tokens.
+turn, at the same cost: the model runs over the same tokens (bench/README.md, "Figures
+behind the code's comments").
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ def split_sentences(text: str, *, min_words: int = 1) -> list[str]:
     """The sentences of a text, stripped, never empty (a text without punctuation is one sentence).
 
     A sentence shorter than ``min_words`` words joins the next one ("Hey Mel! Good to see
-    you!" is one unit): fewer, fuller units embed faster and retrieve as well (LoCoMo, 4
-    words: 19% fewer model inputs, fused R@10 unchanged). Very long texts keep their first
+    you!" is one unit): fewer, fuller units embed faster and retrieve as well (measured on
+    LoCoMo: bench/README.md). Very long texts keep their first
     sentences separate and fold the rest into the last one, so one record never costs more
     than ``_MAX_SENTENCES`` embeddings.
     """

@@ -1,7 +1,7 @@
 """Time expressions, resolved to intervals against a reference time.
 
 "yesterday", said on 8 May 2023, is [7 May 2023, 8 May 2023). Regexes find the spans
-(dateparser's ``search_dates`` takes ~2.5 ms a sentence and reads dates into words like
+(dateparser's ``search_dates`` is slow on every sentence and reads dates into words like
 "we" and "may"); then:
 
 - Absolute dates ("7 May 2023", "May 7th, 2023", "2023-05-07", "May 2023", "May 7",
@@ -160,7 +160,7 @@ def _unit_span(anchor: datetime, unit: str) -> tuple[datetime, datetime, str]:
 
 @functools.cache
 def _date_parser() -> Any:
-    """dateparser's parser, built on first use (importing dateparser costs ~60 ms most callers never need).
+    """dateparser's parser, built on first use (importing dateparser costs time most callers never need).
     None when it cannot be built (an installed dateparser older than pyproject allows): the regex groups
     are read instead, and the failure is logged once rather than met on every new date string."""
     try:
@@ -207,7 +207,7 @@ def _parse_date(text: str) -> tuple[DateFields, str] | None:
 
 
 def warm_up() -> None:
-    """Import dateparser and load its English data now (0.1-0.2 s, once), not in the first call that meets a date."""
+    """Import dateparser and load its English data now, once, not in the first call that meets a date."""
     _parse_date("7 May 2023")
 
 
