@@ -29,6 +29,7 @@ from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.report import PLOTS_MISSING, plotting_available, update_readme, write_plots, write_report
 from mnemoplan.model import MemoryItem, MessageIn
+from mnemoplan.runtime import configure
 
 RANK_DEPTH = 50  # items asked for; rankings keep at least 25 distinct turns
 WARMUP = 10
@@ -172,7 +173,7 @@ def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; writes everything under --out."""
-    os.environ.setdefault("LANCE_LOG", "error")
+    configure()  # process-wide settings, when the bench is run without the command
     dataset = load_dataset(args)
     plots = plotting_available()
     if not plots:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -27,6 +26,7 @@ from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.runner import machine, peak_rss_mb
 from mnemoplan.storage.log.table import sql_str
 from mnemoplan.model import MessageIn
+from mnemoplan.runtime import configure
 
 USER = "scale"
 ROUND_SHIFT_DAYS = 400
@@ -248,7 +248,7 @@ def write_report(out: Path, m: dict[str, Any]) -> str:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Build (or reuse) the store, time recall, write scale.json and scale.md under --out."""
-    os.environ.setdefault("LANCE_LOG", "error")
+    configure()  # process-wide settings, when the bench is run without the command
     if args.messages < 1 or args.queries < 1:
         sys.exit("mnemoplan bench-scale: --messages and --queries must be at least 1")
     dataset = load_locomo(args.dataset)

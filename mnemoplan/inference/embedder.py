@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import re
 import sys
 import threading
@@ -179,10 +178,7 @@ class SentenceEmbedder:
         return str(path)
 
     def _load(self) -> None:
-        # Never reach for the hub: the model is local by construction.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # The model is local by construction; the entry point set the offline flags (runtime.py).
         try:
             path = self._resolve_path()
             import torch

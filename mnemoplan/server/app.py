@@ -41,6 +41,7 @@ from mnemoplan.model import (
     TimeRange,
     UtcDatetime,
 )
+from mnemoplan.runtime import configure
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -437,6 +438,7 @@ def memory_tools() -> list[Tool]:
 
 def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> MCPServer:
     """The MCP server over ``settings``; ``factory`` builds the service (default: from settings)."""
+    configure()  # a host may start the server without the command: process-wide settings first
 
     embedders: list[Any] = []  # one: a service opened anew (see ServiceHolder) reuses the loaded model
 
