@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from typing import Any
 import anthropic
 
 from mnemoplan.errors import LLMError
+from mnemoplan.inference.llm_json import extract_json
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ _RETRYABLE_STATUS = frozenset({429}) | frozenset(range(500, 600))
 _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 2.0
 
-_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _REQUEST_KEYS = frozenset({"system", "prompt", "max_tokens", "purpose", "deadline"})
 
 # What the caller (an agent, in the end) can do about each kind of failure.
@@ -114,43 +113,6 @@ class LLMReply:
     text: str
     usage: LLMUsage = field(default_factory=LLMUsage)
     attempts: int = 1
-
-
-def extract_json(text: str) -> dict[str, Any] | list[Any]:
-    """Find and parse the first JSON object or array in a model's reply.
-
-    Tolerates code fences (```json ... ```) and prose before or after the value, since
-    models add both despite instructions.
-
-    Args:
-        text: The reply text.
-
-    Returns:
-        The parsed object or array.
-
-    Raises:
-        ValueError: If the text holds no parseable JSON object or array.
-    """
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        stripped = candidate.strip()
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            pass
-        else:
-            if isinstance(value, dict | list):
-                return value
-        # Prose around the value: try each opening bracket until one decodes.
-        for match in re.finditer(r"[{\[]", stripped):
-            try:
-                value, _ = decoder.raw_decode(stripped, match.start())
-            except ValueError:
-                continue
-            if isinstance(value, dict | list):
-                return value
-    raise ValueError("no JSON object or array found in the reply")
 
 
 def price_for(model: str, fallback: tuple[float, float] | None = None) -> tuple[float, float]:
