@@ -25,10 +25,10 @@ import numpy as np
 
 from mnemoplan.errors import LLMError, MnemoError
 from mnemoplan.inference.cross_encoder import CrossEncoderScorer
-from mnemoplan.storage.documents import spoken
 from mnemoplan.inference.embedder import TokenVectors
-from mnemoplan.storage.log.token_cache import token_weights
+from mnemoplan.inference.token_vectors import token_weights
 from mnemoplan.model import MemoryItem
+from mnemoplan.model.records import spoken
 from mnemoplan.inference.llm import LLMClient, LLMReply, LLMUsage
 
 if TYPE_CHECKING:
