@@ -41,7 +41,7 @@ from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.llm.protocols import Evaluator, Expander, Planner, Replanner
 from mnemoplan.planner.plan_cache import PlanCache
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline, Scope
-from mnemoplan.planner.rerank.rerankers import Reranker
+from mnemoplan.planner.rerank.base import Reranker, SkippableReranker
 
 log = logging.getLogger(__name__)
 
@@ -356,9 +356,8 @@ class DeepSearch:
         reranker = self.llm.reranker
         if reranker is None or not items:
             return items
-        redundant = getattr(reranker, "redundant", None)  # a reranker whose signal an index may have fused
-        if redundant is not None and redundant(query, user_id, run.results):
-            return items
+        if isinstance(reranker, SkippableReranker) and reranker.redundant(query, user_id, run.results):
+            return items  # an index fused this reranker's signal already
         left = run.time_left("the rerank")
         if not left:
             return items

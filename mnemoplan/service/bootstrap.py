@@ -10,7 +10,8 @@ from mnemoplan.config import Settings
 from mnemoplan.extract.times import warm_up as warm_up_dates
 from mnemoplan.storage.bm25 import BM25Index
 from mnemoplan.inference.embedder import Embedder, make_embedder
-from mnemoplan.search.entity_graph import EntityGraphIndex, GraphTraversalIndex
+from mnemoplan.search.entity_graph import EntityGraphIndex
+from mnemoplan.search.graph_traversal import GraphTraversalIndex
 from mnemoplan.search.fact_store import FactStoreIndex
 from mnemoplan.search.hierarchical import HierarchicalIndex
 from mnemoplan.search.bm25 import BM25SearchIndex
@@ -31,7 +32,9 @@ from mnemoplan.ingest.llm_extractor import LLMFactExtractor
 from mnemoplan.planner.llm.planner import LLMPlanner, LLMReplanner
 from mnemoplan.planner.ranking import RankingConfig
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline
-from mnemoplan.planner.rerank.rerankers import CrossEncoderReranker, LateInteractionReranker, LLMReranker
+from mnemoplan.planner.rerank.cross_encoder import CrossEncoderReranker
+from mnemoplan.planner.rerank.late_interaction import LateInteractionReranker
+from mnemoplan.planner.rerank.llm import LLMReranker
 from mnemoplan.ingest.background import BackgroundExtraction
 from mnemoplan.service.service import Limits, MemoryService
 
