@@ -15,7 +15,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_scale(args: argparse.Namespace) -> int:
-    """Build (or reuse) one user holding many messages, time recall, write scale.json and scale.md under --out."""
+    """Build (or reuse) one user holding many messages, time recall, write scale.json and scale.md
+    under --out."""
     from mnemoplan.bench.scale import run_from_args
 
     return run_from_args(args)

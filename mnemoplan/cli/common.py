@@ -20,10 +20,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, user_help: str = "") -
         parser: The command's parser.
         user_help: Help of ``--user`` where it means something else than the default user.
     """
-    parser.add_argument("--data-dir", type=Path,
-                        help="data directory (default: $MNEMOPLAN_DATA_DIR or ~/.local/share/mnemoplan)")  # fmt: skip
-    parser.add_argument("--user",
-                        help=user_help or "default user id (default: $MNEMOPLAN_DEFAULT_USER_ID or 'default')")  # fmt: skip
+    data_help = "data directory (default: $MNEMOPLAN_DATA_DIR or ~/.local/share/mnemoplan)"
+    parser.add_argument("--data-dir", type=Path, help=data_help)
+    user_help = user_help or "default user id (default: $MNEMOPLAN_DEFAULT_USER_ID or 'default')"
+    parser.add_argument("--user", help=user_help)
 
 
 def setup_logging(level: str, log_file: Path | None) -> None:
@@ -35,7 +35,9 @@ def setup_logging(level: str, log_file: Path | None) -> None:
         level: The root logger's level name.
         log_file: A file to log to instead of stderr.
     """
-    handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = (
+        logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -25,7 +25,9 @@ def summarise_searches(entries: list[dict]) -> dict[str, dict]:
             "searches": len(rows),
             "errors": len(rows) - len(ok),
             "p50_ms": round(durations[len(durations) // 2], 2) if durations else 0.0,
-            "p95_ms": round(durations[min(len(durations) - 1, int(0.95 * len(durations)))], 2) if durations else 0.0,
+            "p95_ms": (
+                round(durations[min(len(durations) - 1, int(0.95 * len(durations)))], 2) if durations else 0.0
+            ),
             "mean_rounds": round(sum(e.get("rounds", 1) for e in ok) / len(ok), 2) if ok else 0.0,
             "mean_items": round(sum(e.get("items", 0) for e in ok) / len(ok), 2) if ok else 0.0,
             "cost_usd": round(sum(e.get("cost_usd", 0.0) for e in ok), 6),
@@ -49,10 +51,12 @@ def run(args: argparse.Namespace) -> int:
         print("no searches logged yet")
         return 0
     for tool, s in summary.items():
-        print(f"{tool}: {s['searches']} searches, {s['errors']} errors, p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, "
-              f"{s['mean_rounds']} rounds, {s['mean_items']} items, {s['llm_calls']} LLM calls, ${s['cost_usd']}")
+        print(f"{tool}: {s['searches']} searches, {s['errors']} errors, p50 {s['p50_ms']} ms, "
+              f"p95 {s['p95_ms']} ms, {s['mean_rounds']} rounds, {s['mean_items']} items, "
+              f"{s['llm_calls']} LLM calls, ${s['cost_usd']}")
         if s["indexes_with_results"]:
-            print("   indexes that found something: " + ", ".join(f"{k} {v}" for k, v in s["indexes_with_results"].items()))
+            found = ", ".join(f"{k} {v}" for k, v in s["indexes_with_results"].items())
+            print("   indexes that found something: " + found)
     return 0
 
 

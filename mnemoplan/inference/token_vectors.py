@@ -20,8 +20,8 @@ DIM = 128
 @functools.cache
 def projection(width: int, dim: int = DIM) -> np.ndarray:
     """The fixed ``width`` x ``dim`` projection: signs read from SHAKE-256 of a constant, over sqrt(dim)."""
-    bits = np.unpackbits(np.frombuffer(hashlib.shake_256(b"mnemoplan token projection v1").digest(width * dim // 8 + 1),
-                                       dtype=np.uint8))[: width * dim]  # fmt: skip
+    digest = hashlib.shake_256(b"mnemoplan token projection v1").digest(width * dim // 8 + 1)
+    bits = np.unpackbits(np.frombuffer(digest, dtype=np.uint8))[: width * dim]
     return ((bits.astype(np.float32) * 2.0 - 1.0) / np.float32(np.sqrt(dim))).reshape(width, dim)
 
 
@@ -35,7 +35,9 @@ def project(vectors: np.ndarray) -> np.ndarray:
     return (out / norms).astype(np.float32, copy=False)
 
 
-def token_weights(text: str, words: list[tuple[int, int]], idf: Callable[[list[str]], list[float]]) -> np.ndarray:
+def token_weights(
+    text: str, words: list[tuple[int, int]], idf: Callable[[list[str]], list[float]]
+) -> np.ndarray:
     """Weights summing to 1 for a query's tokens: each by its word's rarity in the user's memory
     (``idf`` of the words; 0 for a stop word), so the words that carry the question decide;
     all alike when every word is a stop word."""
