@@ -49,7 +49,8 @@ def setup_logging(level: str, log_file: Path | None) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The environment's Settings, with ``--data-dir`` and ``--user`` applied.
 
-    Exits the process with a message when the configuration is invalid.
+    Raises:
+        SystemExit: With a message, when the configuration is invalid.
     """
     from pydantic import ValidationError
 
@@ -70,10 +71,10 @@ def open_service(args: argparse.Namespace, *, existing: bool = False) -> MemoryS
     """The service over the data directory; with ``existing``, one that must hold a memory
     already (a search in a mistyped directory is an error, not an empty store made there).
 
-    Exits the process with a message when the service cannot be opened.
-
     Raises:
         NotFound: With ``existing``, when the data directory does not exist.
+        SystemExit: With a message, when the configuration is invalid or the service cannot be
+            opened.
     """
     settings = settings_from_args(args)
     if existing and not settings.data_dir.exists():
