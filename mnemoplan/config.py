@@ -6,18 +6,22 @@ plain constructor arguments.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
+from platformdirs import user_data_dir
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def default_data_dir() -> Path:
-    """The per-user data directory: ``$XDG_DATA_HOME/mnemoplan`` or ``~/.local/share/mnemoplan``."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "mnemoplan"
+    """The platform's per-user data directory for mnemoplan.
+
+    On Linux ``$XDG_DATA_HOME/mnemoplan`` or ``~/.local/share/mnemoplan``, as before platformdirs
+    chose it; ``~/Library/Application Support/mnemoplan`` on macOS, ``%LOCALAPPDATA%\\mnemoplan``
+    on Windows. ``$MNEMOPLAN_DATA_DIR`` overrides it (a Settings field).
+    """
+    return Path(user_data_dir("mnemoplan", appauthor=False))
 
 
 class Settings(BaseSettings):

@@ -12,10 +12,11 @@ import anyio
 import pytest
 
 from mnemoplan.config import Settings
+from mnemoplan.runtime import configure
 from mnemoplan.service.bootstrap import build_service
 from mnemoplan.service.service import MemoryService
 
-os.environ.setdefault("LANCE_LOG", "error")
+configure()  # what an entry point applies first (runtime.py)
 
 
 def make_service(data_dir: Path, **overrides: Any) -> MemoryService:

@@ -17,7 +17,10 @@ from mnemoplan.inference.cross_encoder import CrossEncoderScorer
 from mnemoplan.model import MemoryItem
 from mnemoplan.inference.llm import LLMClient
 from mnemoplan.inference.embedder import HashEmbedder
-from mnemoplan.planner.rerank.rerankers import CrossEncoderReranker, LateInteractionReranker, LLMReranker, RerankOutcome, blend
+from mnemoplan.planner.rerank.base import RerankOutcome, blend
+from mnemoplan.planner.rerank.cross_encoder import CrossEncoderReranker
+from mnemoplan.planner.rerank.late_interaction import LateInteractionReranker
+from mnemoplan.planner.rerank.llm import LLMReranker
 from tests.llm_server import LoopbackMessagesServer as Server
 from tests.llm_server import Reply, llm_server  # noqa: F401
 

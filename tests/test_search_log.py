@@ -54,7 +54,7 @@ def test_stats_command_reads_the_log(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_stats_latency_counts_searches_that_ran() -> None:
-    from mnemoplan.cli.commands import summarise_searches
+    from mnemoplan.cli.stats import summarise_searches
 
     entries = [{"tool": "recall", "ok": True, "duration_ms": ms} for ms in (10.0, 12.0, 14.0)]
     entries += [{"tool": "recall", "ok": False, "duration_ms": 0.1} for _ in range(4)]  # rejected at once

@@ -19,7 +19,7 @@ from mnemoplan.errors import DataDirLocked, InvalidInput
 from mnemoplan.storage import store as store_module
 from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphRecord
 from mnemoplan.ingest.pipeline import NewMemory, SourcesGone
-from mnemoplan.storage.log.table import _usable_cpus
+from mnemoplan.runtime import usable_cpus as _usable_cpus
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import MessageIn, Record, TimeRange
 from mnemoplan.cli.main import main

@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 
 from mnemoplan.storage.log import token_cache as token_store
+from mnemoplan.inference.token_vectors import DIM, project, projection
 from mnemoplan.storage.log.token_cache import (
-    DIM,
     TokenBlock,
     TokenCache,
     merge_small,
     pack,
-    project,
-    projection,
     unpack,
 )
 from mnemoplan.service.service import MemoryService

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemoplan.bench.datasets import Question
 from mnemoplan.search.base import Hit, LazyVector, SearchIndex, SearchRequest
@@ -21,6 +21,11 @@ from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.fusion import fuse
 from mnemoplan.planner.recall import Scope
+
+if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
+    import numpy as np
+
+    from mnemoplan.service.service import MemoryService
 
 STEPS = 3
 REPEATS = 5  # timed runs per question; the median is kept
@@ -42,11 +47,11 @@ class ReplayIndex(SearchIndex):
         return self.answers.get(self.key(req.params), [])
 
 
-def _no_vector(text: str) -> Any:
+def _no_vector(text: str) -> np.ndarray:
     raise AssertionError("a replayed step asked for the query vector")
 
 
-def measure(service: Any, questions: list[Question], sample: int = 100) -> dict[str, Any] | None:
+def measure(service: MemoryService, questions: list[Question], sample: int = 100) -> dict[str, Any] | None:
     """Median planning, execution and fusion time of three-step deterministic plans, indexes excluded."""
     pipeline = service.recall_pipeline
     analyzer, registry = pipeline.analyzer, pipeline.registry

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemoplan.bench.arguments import MODES
 from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
@@ -29,6 +29,10 @@ from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.report import PLOTS_MISSING, plotting_available, update_readme, write_plots, write_report
 from mnemoplan.model import MemoryItem, MessageIn
+from mnemoplan.runtime import configure
+
+if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
+    from mnemoplan.service.service import MemoryService
 
 RANK_DEPTH = 50  # items asked for; rankings keep at least 25 distinct turns
 WARMUP = 10
@@ -52,7 +56,7 @@ def machine() -> str:
     return f"{platform.machine()} {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
 
 
-def peak_rss_mb(service: Any = None) -> float:
+def peak_rss_mb(service: MemoryService | None = None) -> float:
     """Peak resident memory of this process, plus that of the service's graph process (read
     before the service closes). An upper bound: the two peaks need not come at the same time."""
     graph = service.store.graph.peak_rss_mb() if service is not None else None
@@ -69,7 +73,7 @@ def turns_of(items: list[MemoryItem]) -> list[str]:
     return out
 
 
-def ingest(service: Any, dataset: Dataset) -> dict[str, float]:
+def ingest(service: MemoryService, dataset: Dataset) -> dict[str, float]:
     """Store every conversation through remember, one call per session, in order."""
     progress = Progress("ingest", dataset.n_turns, unit="msg")
     started = time.perf_counter()
@@ -89,7 +93,7 @@ def ingest(service: Any, dataset: Dataset) -> dict[str, float]:
             "messages_per_s": round(dataset.n_turns / seconds, 1)}  # fmt: skip
 
 
-def single_remember(service: Any, dataset: Dataset, n: int = 100) -> dict[str, Any] | None:
+def single_remember(service: MemoryService, dataset: Dataset, n: int = 100) -> dict[str, Any] | None:
     """Latency of ``remember`` storing one message, warm, into a user of its own.
 
     Turns sampled across the dataset go one per call to a separate user, so the measured
@@ -113,7 +117,7 @@ def single_remember(service: Any, dataset: Dataset, n: int = 100) -> dict[str, A
     return {"messages": len(latencies), **latency_summary(latencies)}
 
 
-def query_fn(service: Any, mode: str) -> Callable[[Question], list[str]]:
+def query_fn(service: MemoryService, mode: str) -> Callable[[Question], list[str]]:
     """How one question is asked in each mode; returns ranked turn ids."""
     if mode == "recall":
         return lambda q: turns_of(service.recall(q.question, user_id=q.conv_id, limit=RANK_DEPTH).items)
@@ -130,7 +134,9 @@ def query_fn(service: Any, mode: str) -> Callable[[Question], list[str]]:
     return single_index
 
 
-def run_mode(service: Any, mode: str, questions: list[Question]) -> tuple[dict[str, list[str]], list[float]]:
+def run_mode(
+    service: MemoryService, mode: str, questions: list[Question]
+) -> tuple[dict[str, list[str]], list[float]]:
     """Ask every question (after a short untimed warm-up); rankings and latencies."""
     ask = query_fn(service, mode)
     clear = getattr(service.embedder, "clear_cache", None)
@@ -172,7 +178,7 @@ def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; writes everything under --out."""
-    os.environ.setdefault("LANCE_LOG", "error")
+    configure()  # process-wide settings, when the bench is run without the command
     dataset = load_dataset(args)
     plots = plotting_available()
     if not plots:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -19,7 +18,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemoplan.bench.datasets import Dataset, Turn, load_locomo
 from mnemoplan.bench.metrics import latency_summary
@@ -27,6 +26,10 @@ from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.runner import machine, peak_rss_mb
 from mnemoplan.storage.log.table import sql_str
 from mnemoplan.model import MessageIn
+from mnemoplan.runtime import configure
+
+if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
+    from mnemoplan.service.service import MemoryService
 
 USER = "scale"
 ROUND_SHIFT_DAYS = 400
@@ -62,12 +65,12 @@ def message_of(turn: Turn, r: int) -> MessageIn:
                      source_id=f"r{r}:{turn.conv_id}:{turn.dia_id}")  # fmt: skip
 
 
-def stored_messages(service: Any) -> int:
+def stored_messages(service: MemoryService) -> int:
     """Message records (not derived memories) the user ``scale`` holds."""
     return service.store.log.count(f"user_id = {sql_str(USER)} AND kind = 'message'")
 
 
-def build_store(service: Any, dataset: Dataset, n: int, have: int) -> dict[str, Any]:
+def build_store(service: MemoryService, dataset: Dataset, n: int, have: int) -> dict[str, Any]:
     """Bring the user to ``n`` messages through remember, one call per session, resuming after ``have``.
 
     The messages are a fixed sequence, so a store holding its first ``have`` messages resumes
@@ -114,7 +117,7 @@ def sample_evenly(items: list[str], n: int, offset: float = 0.0) -> list[str]:
     return [items[int(i * step + offset * step) % len(items)] for i in range(n)]
 
 
-def time_recall(service: Any, queries: list[str], limit: int) -> dict[str, Any]:
+def time_recall(service: MemoryService, queries: list[str], limit: int) -> dict[str, Any]:
     """Warm latency of recall at one limit, with per-phase and per-signal medians."""
     clear = getattr(service.embedder, "clear_cache", None)
     if clear:
@@ -145,7 +148,7 @@ def time_recall(service: Any, queries: list[str], limit: int) -> dict[str, Any]:
     }
 
 
-def store_facts(service: Any, data_dir: Path) -> dict[str, Any]:
+def store_facts(service: MemoryService, data_dir: Path) -> dict[str, Any]:
     """Rows, on-disk size and the vector search path of the store as timed."""
     log = service.store.log
     user_rows = log.count(f"user_id = {sql_str(USER)}")
@@ -248,7 +251,7 @@ def write_report(out: Path, m: dict[str, Any]) -> str:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Build (or reuse) the store, time recall, write scale.json and scale.md under --out."""
-    os.environ.setdefault("LANCE_LOG", "error")
+    configure()  # process-wide settings, when the bench is run without the command
     if args.messages < 1 or args.queries < 1:
         sys.exit("mnemoplan bench-scale: --messages and --queries must be at least 1")
     dataset = load_locomo(args.dataset)

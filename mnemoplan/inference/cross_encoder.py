@@ -10,7 +10,6 @@ threads gives each its own OpenMP team, and they slow each other down).
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -93,11 +92,8 @@ class CrossEncoderScorer:
         return Unavailable(f"The cross-encoder model could not be loaded: {self._error}", hint=_HINT)
 
     def _load(self) -> Any:
-        # Never reach for the hub, whatever the environment says: local_files_only covers the
-        # model, the variables cover anything else the libraries might fetch.
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # Never reach for the hub: local_files_only covers the model, the offline flags the entry
+        # point set (runtime.py) anything else the libraries might fetch.
         try:
             from sentence_transformers import CrossEncoder
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import re
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,50 @@ class Embedder(Protocol):
     def ready(self) -> bool:
         """True once the model is loaded."""
         ...
+
+
+class TokenEncoder(Protocol):
+    """Contextual token vectors from an embedding model, for token-level matching."""
+
+    def token_vectors(self, texts: list[str]) -> list[TokenVectors]:
+        """Each text's token vectors.
+
+        Raises:
+            Unavailable: The model is not loaded, or gives no token vectors.
+        """
+        ...
+
+    def embed_with_tokens(
+        self, texts: list[str], project: Callable[[int], np.ndarray] | None = None
+    ) -> tuple[np.ndarray, list[TokenVectors]]:
+        """Each text's embedding and its token vectors (mapped by ``project(dim)`` when given).
+
+        Raises:
+            Unavailable: as ``token_vectors``.
+        """
+        ...
+
+    def query_tokens(self, text: str) -> TokenVectors:
+        """One query's token vectors.
+
+        Raises:
+            Unavailable: as ``token_vectors``.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    """An embedder, and its token vectors where the model gives them.
+
+    Attributes:
+        embedder: Sentence embeddings.
+        tokens: Token vectors of the same model; None when it has none to give (then the
+            ``token_match`` index, the token reranker and stored token vectors are off).
+    """
+
+    embedder: Embedder
+    tokens: TokenEncoder | None
 
 
 class HashEmbedder:
@@ -179,10 +223,7 @@ class SentenceEmbedder:
         return str(path)
 
     def _load(self) -> None:
-        # Never reach for the hub: the model is local by construction.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # The model is local by construction; the entry point set the offline flags (runtime.py).
         try:
             path = self._resolve_path()
             import torch
@@ -382,9 +423,17 @@ class SentenceEmbedder:
         return vector
 
 
-def make_embedder(model: str, *, batch_size: int = 64, threads: int = 0, precision: str = "auto") -> Embedder:
-    """Build the embedder a setting names: ``hash`` or ``hash:<dim>`` for the test double."""
+def embedding_model(
+    model: str, *, batch_size: int = 64, threads: int = 0, precision: str = "auto"
+) -> EmbeddingModel:
+    """Build the embedder a setting names: ``hash`` or ``hash:<dim>`` for the test double.
+
+    Both kinds give token vectors: the test double one per word, a sentence-transformers model
+    from its transformer (its calls raise ``Unavailable`` for a model that cannot).
+    """
     if model == "hash" or model.startswith("hash:"):
         dim = int(model.split(":", 1)[1]) if ":" in model else 384
-        return HashEmbedder(dim)
-    return SentenceEmbedder(model, batch_size=batch_size, threads=threads, precision=precision)
+        hashed = HashEmbedder(dim)
+        return EmbeddingModel(hashed, hashed)
+    sentence = SentenceEmbedder(model, batch_size=batch_size, threads=threads, precision=precision)
+    return EmbeddingModel(sentence, sentence)

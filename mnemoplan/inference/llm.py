@@ -2,10 +2,12 @@
 
 Callers (planners, rerankers, evaluators) get parsed JSON in an ``LLMReply`` or an ``LLMError``,
 never the SDK or its exceptions: an endpoint that answers 200 with something that is not a
-Messages API reply (a proxy's HTML page, a truncated body) is an ``LLMError`` too. The SDK's own
-retries are off because ours differ on purpose: a timeout is never retried (the caller has a
-latency budget), a malformed reply gets one repair. A caller with a deadline passes it, and no
-request, retry or repair outlasts it: each request's timeout is what is left of it.
+Messages API reply (a proxy's HTML page, a truncated body) is an ``LLMError`` too. Retries are
+tenacity's, not the SDK's, because they differ on purpose: an HTTP 429/5xx or a connection
+failure is retried with exponential backoff (honouring retry-after), a timeout never is (the
+caller has a latency budget), and a malformed reply gets one repair. A caller with a deadline
+passes it, and no request, retry or repair outlasts it: each request's timeout is what is left of
+it, and a retry whose backoff would end past it is not made.
 No ``temperature``: ``anthropic`` 2.x has no such argument and sends ``anthropic-version:
 2026-10-21``, which rejects every sampling parameter with a 400 (even the default value).
 """
@@ -14,16 +16,18 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anthropic
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from mnemoplan.errors import LLMError
+from mnemoplan.inference.llm_json import extract_json
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +46,6 @@ _RETRYABLE_STATUS = frozenset({429}) | frozenset(range(500, 600))
 _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 2.0
 
-_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _REQUEST_KEYS = frozenset({"system", "prompt", "max_tokens", "purpose", "deadline"})
 
 # What the caller (an agent, in the end) can do about each kind of failure.
@@ -114,43 +117,6 @@ class LLMReply:
     text: str
     usage: LLMUsage = field(default_factory=LLMUsage)
     attempts: int = 1
-
-
-def extract_json(text: str) -> dict[str, Any] | list[Any]:
-    """Find and parse the first JSON object or array in a model's reply.
-
-    Tolerates code fences (```json ... ```) and prose before or after the value, since
-    models add both despite instructions.
-
-    Args:
-        text: The reply text.
-
-    Returns:
-        The parsed object or array.
-
-    Raises:
-        ValueError: If the text holds no parseable JSON object or array.
-    """
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        stripped = candidate.strip()
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            pass
-        else:
-            if isinstance(value, dict | list):
-                return value
-        # Prose around the value: try each opening bracket until one decodes.
-        for match in re.finditer(r"[{\[]", stripped):
-            try:
-                value, _ = decoder.raw_decode(stripped, match.start())
-            except ValueError:
-                continue
-            if isinstance(value, dict | list):
-                return value
-    raise ValueError("no JSON object or array found in the reply")
 
 
 def price_for(model: str, fallback: tuple[float, float] | None = None) -> tuple[float, float]:
@@ -331,7 +297,7 @@ class LLMClient:
     def _client(self) -> anthropic.Anthropic:
         with self._lock:
             if self._sdk is None:
-                # max_retries=0: retries are decided in _send, where timeouts are excluded.
+                # max_retries=0: retries are decided in _send (tenacity), where timeouts are excluded.
                 self._sdk = anthropic.Anthropic(
                     api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0
                 )
@@ -347,46 +313,50 @@ class LLMClient:
         ``_CallFailed`` when no reply could be had.
         """
         sdk = self._client()
-        attempt = 0
-        while True:
-            timeout = self._timeout(deadline, attempt)
-            attempt += 1
-            try:
-                message = sdk.messages.create(
-                    model=self.model, system=system, messages=messages, max_tokens=max_tokens, timeout=timeout
-                )
-            except anthropic.APITimeoutError:
-                # Subclass of APIConnectionError, so it must be caught first: never retried.
-                cut = " (the caller's deadline)" if timeout < self.timeout_s else ""
-                raise _CallFailed(f"timeout after {timeout:.3g} s{cut}", attempt, "timeout") from None
-            except anthropic.APIStatusError as err:
-                # The API's own words help most (a bad model name, a rejected parameter); kept short.
-                detail = ": ".join(str(x)[:200] for x in (err.type, err.api_message) if x)
-                cause = f"HTTP {err.status_code}" + (f" ({detail})" if detail else "")
-                if err.status_code in _RETRYABLE_STATUS and attempt <= self.max_retries:
-                    if self._pause(attempt, err.response.headers.get("retry-after"), deadline):
-                        continue
-                kind = "auth" if err.status_code in (401, 403) else "rejected"
-                kind = "transient" if err.status_code in _RETRYABLE_STATUS else kind
-                raise _CallFailed(f"{cause} after {attempt} request(s)", attempt, kind) from None
-            except anthropic.APIConnectionError:
-                if attempt <= self.max_retries and self._pause(attempt, None, deadline):
-                    continue
-                cause = f"connection error after {attempt} request(s)"
-                raise _CallFailed(cause, attempt, "connection") from None
-            except anthropic.AnthropicError as err:
-                raise _CallFailed(f"client error {type(err).__name__}", attempt, "transient") from None
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                # The SDK decodes a body declared as JSON itself and lets its decoding error through.
-                raise _CallFailed("the answer's body is not JSON", attempt, "not_messages") from None
-            break
+        sent = 0
+        timeout = self.timeout_s
+
+        def request() -> object:
+            nonlocal sent, timeout
+            timeout = self._timeout(deadline, sent)
+            sent += 1
+            return sdk.messages.create(
+                model=self.model, system=system, messages=messages, max_tokens=max_tokens, timeout=timeout
+            )
+
+        retrying = Retrying(
+            retry=retry_if_exception(_retryable),
+            wait=_backoff,
+            stop=stop_after_attempt(self.max_retries + 1) | _before_deadline(deadline),
+            reraise=True,  # the last failure itself, to be told apart below
+        )
+        try:
+            message = retrying(request)
+        except anthropic.APITimeoutError:
+            # Subclass of APIConnectionError, so it must be caught first: never retried.
+            cut = " (the caller's deadline)" if timeout < self.timeout_s else ""
+            raise _CallFailed(f"timeout after {timeout:.3g} s{cut}", sent, "timeout") from None
+        except anthropic.APIStatusError as err:
+            # The API's own words help most (a bad model name, a rejected parameter); kept short.
+            detail = ": ".join(str(x)[:200] for x in (err.type, err.api_message) if x)
+            cause = f"HTTP {err.status_code}" + (f" ({detail})" if detail else "")
+            kind = "auth" if err.status_code in (401, 403) else "rejected"
+            kind = "transient" if err.status_code in _RETRYABLE_STATUS else kind
+            raise _CallFailed(f"{cause} after {sent} request(s)", sent, kind) from None
+        except anthropic.APIConnectionError:
+            raise _CallFailed(f"connection error after {sent} request(s)", sent, "connection") from None
+        except anthropic.AnthropicError as err:
+            raise _CallFailed(f"client error {type(err).__name__}", sent, "transient") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            # The SDK decodes a body declared as JSON itself and lets its decoding error through.
+            raise _CallFailed("the answer's body is not JSON", sent, "not_messages") from None
         text, stop_reason, in_tok, out_tok = _message_parts(message)
         if text is None:  # e.g. a body that is not JSON at all, which the SDK hands back as a string
-            raise _CallFailed("the answer is not a Messages API reply", attempt, "not_messages")
+            raise _CallFailed("the answer is not a Messages API reply", sent, "not_messages")
         usage.input_tokens += in_tok
         usage.output_tokens += out_tok
         usage.cost_usd += (in_tok * self._price[0] + out_tok * self._price[1]) / 1_000_000
-        return text, stop_reason, attempt
+        return text, stop_reason, sent
 
     def _timeout(self, deadline: float | None, sent: int) -> float:
         """The next request's timeout: ``timeout_s``, or what is left before the deadline."""
@@ -397,23 +367,42 @@ class LLMClient:
             raise _CallFailed("no time left before the caller's deadline", sent, "deadline")
         return min(self.timeout_s, left)
 
-    @staticmethod
-    def _pause(attempt: int, retry_after: str | None, deadline: float | None) -> bool:
-        """Wait before a retry; False (no wait) when the deadline would pass first."""
-        delay = min(_BACKOFF_S * 2 ** (attempt - 1), _MAX_BACKOFF_S)
-        if retry_after is not None:
-            try:
-                delay = min(max(float(retry_after), 0.0), _MAX_BACKOFF_S)
-            except ValueError:
-                pass  # an HTTP-date retry-after: keep our own backoff
-        if deadline is not None and time.monotonic() + delay >= deadline:
-            return False
-        time.sleep(delay)
-        return True
-
     def _redact(self, text: str) -> str:
         # Defence in depth: a proxy may echo request headers into an error body.
         return text.replace(self._api_key, "[redacted]")
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Worth another request: rate limiting, a failure on the API's side, or a connection that
+    failed (a timeout is not: the caller's time budget is spent)."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code in _RETRYABLE_STATUS
+    return isinstance(exc, anthropic.APIConnectionError) and not isinstance(exc, anthropic.APITimeoutError)
+
+
+_exponential = wait_exponential(multiplier=_BACKOFF_S, max=_MAX_BACKOFF_S)
+
+
+def _backoff(state: RetryCallState) -> float:
+    """Seconds before the next request: the API's retry-after (up to the cap), else exponential."""
+    failure = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(failure, anthropic.APIStatusError):
+        retry_after = failure.response.headers.get("retry-after")
+        if retry_after is not None:
+            try:
+                return min(max(float(retry_after), 0.0), _MAX_BACKOFF_S)
+            except ValueError:
+                pass  # an HTTP-date retry-after: keep our own backoff
+    return _exponential(state)
+
+
+def _before_deadline(deadline: float | None) -> Callable[[RetryCallState], bool]:
+    """A tenacity stop: no retry whose backoff would end past the caller's deadline."""
+
+    def passed(state: RetryCallState) -> bool:
+        return deadline is not None and time.monotonic() + state.upcoming_sleep >= deadline
+
+    return passed
 
 
 def _message_parts(message: object) -> tuple[str | None, str | None, int, int]:

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from mnemoplan.errors import MnemoError
 from mnemoplan.extract.names import entity_key
+from mnemoplan.ingest.llm_extractor import ExtractedFact, Extraction
 from mnemoplan.ingest.pipeline import Ingestor, SourcesGone
 from mnemoplan.model import EntityMention, Record
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 _SEP = "\x1f"
 
 
-def llm_fact_record(user_id: str, messages: dict[str, Record], fact: Any) -> Record:
+def llm_fact_record(user_id: str, messages: dict[str, Record], fact: ExtractedFact) -> Record:
     """A record of what the LLM extracted, derived from its source messages."""
     sources = [messages[s] for s in fact.sources if s in messages] or list(messages.values())
     first = sources[0]
@@ -68,7 +68,7 @@ class BackgroundExtraction:
         self,
         ingestor: Ingestor,
         fetch: Callable[[str, list[str]], dict[str, Record]],
-        extract: Callable[[list[Record]], Any],
+        extract: Callable[[list[Record]], Extraction],
         state_path: Path,
         *,
         every: int = 10,

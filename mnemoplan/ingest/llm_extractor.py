@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from mnemoplan.errors import LLMError
 from mnemoplan.model import Record
 from mnemoplan.inference.llm import LLMClient, LLMUsage
-from mnemoplan.planner.llm.prompts import JSON_ONLY, describe
+from mnemoplan.inference.llm_json import JSON_ONLY, describe
 
 EXTRACTOR_SYSTEM = (
     "You extract durable memories from a conversation: facts about people, their preferences, plans, "

@@ -30,7 +30,8 @@ from mnemoplan.ingest.derive import decide, episode_record, fact_record
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.storage.log.table import LACKS_TOKENS, sql_in, sql_str
 from mnemoplan.storage.store import MemoryStore
-from mnemoplan.storage.log.token_cache import pack_many, projection
+from mnemoplan.inference.token_vectors import projection
+from mnemoplan.storage.log.token_cache import pack_many
 from mnemoplan.model import Record
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class Ingestor:
         embed: Embeds a batch of texts.
         config: What to derive.
         embed_with_tokens: Embeds a batch of texts and gives their token vectors from the same
-            pass, projected by ``token_store.projection`` (``SentenceEmbedder.embed_with_tokens``);
+            pass, projected by ``token_vectors.projection`` (``SentenceEmbedder.embed_with_tokens``);
             with it, each record's tokens are stored for the ``token_match`` index.
     """
 

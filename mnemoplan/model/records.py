@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
@@ -272,3 +272,22 @@ class DocRecord:
     prev_id: str
     seq: int
     alone: bool = False  # a message long enough to stand alone (see ``stands_alone``)
+
+
+class Utterance(Protocol):
+    """Something someone said: a record, what BM25 reads of one, a search result."""
+
+    @property
+    def speaker(self) -> str:
+        """Who said it; empty when no one is named."""
+        ...
+
+    @property
+    def text(self) -> str:
+        """What was said."""
+        ...
+
+
+def spoken(rec: Utterance) -> str:
+    """``speaker: text`` for a message with a speaker, else the text."""
+    return f"{rec.speaker}: {rec.text}" if rec.speaker else rec.text

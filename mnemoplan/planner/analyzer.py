@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 from mnemoplan.extract.names import entity_key, extract_names
 from mnemoplan.extract.times import find_times
-from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.model import AnswerType, EntityRef, QueryAnalysis, TimeWindow
 
 _SMALLTALK_WORDS = frozenset(
@@ -113,6 +113,44 @@ def is_smalltalk(query: str) -> bool:
     return bool(words) and len(words) <= 8 and all(w.strip("'") in _SMALLTALK_WORDS for w in words)
 
 
+class KnownEntity(Protocol):
+    """What the analyzer reads of an entity a user's memory knows."""
+
+    @property
+    def name(self) -> str:
+        """The most frequent way the entity is written."""
+        ...
+
+    @property
+    def type(self) -> str:
+        """The most frequent type given to the entity."""
+        ...
+
+    @property
+    def aliases(self) -> list[str]:
+        """Every way the entity has been written."""
+        ...
+
+    @property
+    def spoke(self) -> int:
+        """Messages the entity said (a participant of the conversation when above 0)."""
+        ...
+
+
+class Catalog(Protocol):
+    """The entities of one user's memory (``storage.catalog.EntityCatalog``)."""
+
+    @property
+    def entities(self) -> Mapping[str, KnownEntity]:
+        """Known entities by key."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Changes whenever ``entities`` does."""
+        ...
+
+
 class QueryAnalyzer:
     """Deterministic analysis of a query against one user's entity catalog.
 
@@ -120,13 +158,13 @@ class QueryAnalyzer:
         catalog: Returns a user's entity catalog.
     """
 
-    def __init__(self, catalog: Callable[[str], EntityCatalog]) -> None:
+    def __init__(self, catalog: Callable[[str], Catalog]) -> None:
         self._catalog = catalog
         # Per user: the catalog a map was built from, its version then, and the map. A rebuilt
         # catalog (after a forget) is a new object whose version restarts, so both are compared.
-        self._aliases: dict[str, tuple[EntityCatalog, int, dict[str, str]]] = {}
+        self._aliases: dict[str, tuple[Catalog, int, dict[str, str]]] = {}
 
-    def _alias_map(self, user_id: str) -> tuple[EntityCatalog, dict[str, str]]:
+    def _alias_map(self, user_id: str) -> tuple[Catalog, dict[str, str]]:
         """alias key -> entity key, rebuilt when the catalog changes."""
         catalog = self._catalog(user_id)
         cached = self._aliases.get(user_id)

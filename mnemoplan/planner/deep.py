@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from mnemoplan.errors import InvalidPlan, LLMError
+from mnemoplan.inference.llm import LLMUsage
 from mnemoplan.search.base import widened
 from mnemoplan.model import (
     DeepSearchResult,
@@ -36,45 +37,25 @@ from mnemoplan.model import (
 from mnemoplan.planner.evaluate import Evaluation, assess_steps, evaluate, revise
 from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.planner.executor import StepResult
+from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS
+from mnemoplan.planner.llm.protocols import Evaluator, Expander, Planner, Replanner
 from mnemoplan.planner.plan_cache import PlanCache
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline, Scope
+from mnemoplan.planner.rerank.base import Reranker, SkippableReranker
 
 log = logging.getLogger(__name__)
 
-EXPANSION_STEP_IDS = frozenset({"rewrite", "hyde"})  # see planner.llm_expander
-
-PLANNER_INSTRUCTIONS = """\
-You can write the plan deep_memory_search runs. A plan is JSON matching plan_schema:
-{"query": "...", "steps": [{"step_id": "s1", "index": "<name>", "params": {...}, "depends_on": [],
-"combine": "union", "weight": 1.0}], "combination_strategy": "weighted_union" | "rrf" | "sequential_filter",
-"expected_answer_type": "text" | "yes_no" | "number" | "date" | "list", "max_results": 10}
-Rules: use only the indexes listed (prefer available ones) and only their query_params; step_ids are
-unique; depends_on names earlier steps, whose results become the step's upstream (graph_traversal starts
-from the entities of those records; a temporal step with dated_only keeps the dated ones); combine
-"filter_by" re-scores what other steps found without adding records, "intersect" keeps, of what the
-steps it depends on found, only what it found too. Start from deep_plan and edit it: drop steps that
-cannot help, add a step for a need the plan misses, raise top_k when recall matters more than speed. Pass the plan back as
-deep_memory_search(plan=...); it runs exactly as given (no re-planning)."""
-
-
-class Usage(Protocol):
-    """LLM usage counters (see planner.llm.LLMUsage)."""
-
-    calls: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float
-
+EXPANSION_STEP_IDS = frozenset({"rewrite", "hyde"})  # see planner.llm.expander
 
 @dataclass
 class LLMParts:
     """The LLM-backed components; any may be None (then the deterministic one is used)."""
 
-    planner: Any = None
-    evaluator: Any = None
-    replanner: Any = None
-    reranker: Any = None
-    expander: Any = None  # query rewrite and HyDE (planner.llm_expander)
+    planner: Planner | None = None
+    evaluator: Evaluator | None = None
+    replanner: Replanner | None = None
+    reranker: Reranker | None = None
+    expander: Expander | None = None  # query rewrite and HyDE (planner.llm.expander)
 
 
 @dataclass(frozen=True)
@@ -165,12 +146,12 @@ class _Run:
                                  f"skipped {what} and what would have come after it")  # fmt: skip
         return 0.0
 
-    def charge(self, usage: Any) -> None:
+    def charge(self, usage: LLMUsage | None) -> None:
         if usage is not None:
-            self.llm_calls += int(getattr(usage, "calls", 0))
-            self.input_tokens += int(getattr(usage, "input_tokens", 0))
-            self.output_tokens += int(getattr(usage, "output_tokens", 0))
-            self.cost_usd += float(getattr(usage, "cost_usd", 0.0))
+            self.llm_calls += usage.calls
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
+            self.cost_usd += usage.cost_usd
 
     def time(self, phase: str, started: float) -> None:
         self.durations[phase] = round(self.durations.get(phase, 0.0) + (time.perf_counter() - started) * 1000, 3)
@@ -375,9 +356,8 @@ class DeepSearch:
         reranker = self.llm.reranker
         if reranker is None or not items:
             return items
-        redundant = getattr(reranker, "redundant", None)  # a reranker whose signal an index may have fused
-        if redundant is not None and redundant(query, user_id, run.results):
-            return items
+        if isinstance(reranker, SkippableReranker) and reranker.redundant(query, user_id, run.results):
+            return items  # an index fused this reranker's signal already
         left = run.time_left("the rerank")
         if not left:
             return items

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from mnemoplan.inference.llm import LLMUsage
 from mnemoplan.search.base import widened
 from mnemoplan.model import MemoryItem, PlanStep, QueryAnalysis, QueryPlan
 from mnemoplan.planner.executor import StepResult
@@ -42,7 +43,7 @@ class Evaluation:
     suggested_changes: list[str] = field(default_factory=list)
     source: str = "rules"
     coverage: dict[str, float] = field(default_factory=dict)
-    usage: Any = None  # the LLM's tokens and cost, when an LLM judged
+    usage: LLMUsage | None = None  # the LLM's tokens and cost, when an LLM judged
 
     def as_dict(self) -> dict[str, Any]:
         """For the result's ``evaluations``."""

@@ -33,6 +33,7 @@ from mnemoplan.planner.executor import PlanExecutor, StepResult
 from mnemoplan.planner.formatter import format_context
 from mnemoplan.planner.fusion import Candidate, fuse
 from mnemoplan.planner.ranking import RankingConfig, rank
+from mnemoplan.planner.rerank.base import Reranker
 
 
 class RecordSource(Protocol):
@@ -137,6 +138,9 @@ class RecallPipeline:
         records: Hydrates candidates from the log.
         embed_query: Embeds a query string.
         config: Fusion, ranking and formatting knobs.
+        reranker: Reorders the ranked items (an LLM or a cross-encoder, see planner.rerank);
+            None, the default, keeps the formula's order.
+        rerank_deadline_s: Time the reranker may take before the formula's order is kept.
     """
 
     def __init__(
@@ -148,6 +152,8 @@ class RecallPipeline:
         records: RecordSource,
         embed_query: Callable[[str], np.ndarray],
         config: RecallConfig,
+        reranker: Reranker | None = None,
+        rerank_deadline_s: float = 2.0,
     ) -> None:
         self.registry = registry
         self.analyzer = analyzer
@@ -155,9 +161,8 @@ class RecallPipeline:
         self.records = records
         self.embed_query = embed_query
         self.config = config
-        # Optional: an LLM or cross-encoder reranker (see planner.rerank), off by default.
-        self.reranker: Any = None
-        self.rerank_deadline_s = 2.0
+        self.reranker = reranker
+        self.rerank_deadline_s = rerank_deadline_s
 
     def plan(self, analysis: QueryAnalysis, limit: int) -> QueryPlan:
         """The plan recall runs for an analysed query (without the steps of an index this server

@@ -1,9 +1,6 @@
-"""The entity graph (Kùzu) as two indexes.
-
-``entity_graph``: the records that mention, or were said by, the entities a query names,
-and one hop further along entity links. ``graph_traversal``: the same walk seeded from
-the entities of records earlier plan steps found, up to three hops, with the path that
-led to each record.
+"""The ``entity_graph`` index: the records that mention, or were said by, the entities a query
+names, and one hop further along entity links; and the walk over the entity graph (Kùzu) it
+shares with ``graph_traversal`` (search/graph_traversal.py).
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from mnemoplan.search.base import TOP_K_MAX, Hit, SearchIndex, SearchRequest, to
 from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.storage.documents import KeyHasher
 from mnemoplan.storage.graph.client import GraphIndex
-from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 ROLE_WEIGHT = {"subject": 1.0, "object": 0.9, "mention": 0.8, "speaker": 0.6}
@@ -107,7 +103,15 @@ class Walk:
         return [(rid, score, detail) for rid, (score, detail) in ranked]
 
 
-class _GraphIndexBase(SearchIndex):
+class EntityWalkIndex(SearchIndex):
+    """An index that answers by a walk over the entity graph (``entity_graph``, ``graph_traversal``).
+
+    Args:
+        graph: The entity graph.
+        keys: A user's key hasher (None for a user with no memory yet).
+        catalog: A user's entity catalog.
+    """
+
     def __init__(
         self, graph: GraphIndex, keys: Callable[[str], KeyHasher | None], catalog: Callable[[str], EntityCatalog]
     ) -> None:
@@ -128,7 +132,7 @@ class _GraphIndexBase(SearchIndex):
                 walk.run(seeds, hops, int(self.param(req, "top_k")))]  # fmt: skip
 
 
-class EntityGraphIndex(_GraphIndexBase):
+class EntityGraphIndex(EntityWalkIndex):
     """Entity -> the records that mention it, and one hop further along entity links."""
 
     descriptor = IndexDescriptor(
@@ -161,47 +165,3 @@ class EntityGraphIndex(_GraphIndexBase):
             return self._walk(req, {info.key: 1.0 for info in typed[:30]}, 1)
         wanted = requested_entities(req, self.param(req, "entities"), catalog)
         return self._walk(req, {k: 1.0 for k in wanted}, min(2, int(self.param(req, "hops"))))
-
-
-class GraphTraversalIndex(_GraphIndexBase):
-    """Multi-hop walk seeded from what earlier steps found (or named seeds)."""
-
-    descriptor = IndexDescriptor(
-        name="graph_traversal",
-        description="Multi-hop traversal of the entity graph starting from the entities of the records that earlier "
-        "steps found (give it depends_on) or from named seeds, with the reasoning path to each record.",
-        stores="The entity graph (see entity_graph).",
-        best_for=["multi-hop questions ('the friend who moved from Sweden - what does she do?')",
-                  "connecting facts said in different sessions"],  # fmt: skip
-        query_params=[
-            ParamSpec(name="seeds", type="string_list", description="Entity names or keys to start from."),
-            ParamSpec(name="hops", type="integer", default=2, minimum=1, maximum=3, description="How far to walk (1-3)."),
-            ParamSpec(name="max_seeds", type="integer", default=8, minimum=1, maximum=100,
-                      description="Entities taken from upstream records."),
-            *WALK_PARAMS,
-        ],
-        returns="Records with the path that reached them (e.g. 'Melanie -> Max (mention)').",
-        examples=[{"query": "what breed is the dog of the friend from Sweden",
-                   "params": {"hops": 2}, "depends_on": ["bm25"]}],  # fmt: skip
-    )
-
-    def __init__(self, graph: GraphIndex, keys: Callable[[str], KeyHasher | None],
-                 catalog: Callable[[str], EntityCatalog], log: LanceLog) -> None:  # fmt: skip
-        super().__init__(graph, keys, catalog)
-        self._log = log
-
-    def search(self, req: SearchRequest) -> list[Hit]:
-        catalog = self._catalog(req.user_id)
-        seeds: dict[str, float] = {entity_key(s): 1.0 for s in self.param(req, "seeds") or [] if entity_key(s)}
-        if not seeds and req.upstream:
-            top = list(dict.fromkeys(h.id for h in sorted(req.upstream, key=lambda h: -h.score)))[:20]
-            records = self._log.get(req.user_id, top)
-            for rank, rid in enumerate(top):
-                for m in records[rid].entities if rid in records else []:
-                    info = catalog.entities.get(m.key)
-                    if info is not None and not info.spoke and m.key not in seeds:
-                        seeds[m.key] = 1.0 / (1 + rank / 5)
-            seeds = dict(sorted(seeds.items(), key=lambda kv: -kv[1])[: int(self.param(req, "max_seeds"))])
-        if not seeds:
-            seeds = {k: 1.0 for k in requested_entities(req, None, catalog)}
-        return self._walk(req, seeds, max(1, min(3, int(self.param(req, "hops")))))

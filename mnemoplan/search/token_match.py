@@ -10,7 +10,7 @@ import numpy as np
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.storage.log.table import LACKS_TOKENS, LanceLog, sql_str
-from mnemoplan.storage.log.token_cache import project, token_weights
+from mnemoplan.inference.token_vectors import project, token_weights
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 QUERY_PARAMS = [

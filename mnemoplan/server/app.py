@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import UnionType
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -41,6 +41,11 @@ from mnemoplan.model import (
     TimeRange,
     UtcDatetime,
 )
+from mnemoplan.runtime import configure
+
+if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread (see ServiceHolder)
+    from mnemoplan.inference.embedder import EmbeddingModel
+    from mnemoplan.service.service import MemoryService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,10 +71,10 @@ class ServiceHolder:
     opened anew by the first write that finds the directory writable.
     """
 
-    def __init__(self, factory: Callable[[], Any], *, start_after_s: float = 1.0) -> None:
+    def __init__(self, factory: Callable[[], MemoryService], *, start_after_s: float = 1.0) -> None:
         self._factory = factory
         self._cond = threading.Condition()
-        self._service: Any = None
+        self._service: MemoryService | None = None
         self._error: BaseException | None = None
         self._building = False
         self._in_use = 0  # calls running on the service: a replacement waits for them
@@ -87,7 +92,7 @@ class ServiceHolder:
 
     def _build(self, wait_s: float) -> None:
         self._go.wait(wait_s)
-        service: Any = None
+        service: MemoryService | None = None
         error: BaseException | None = None
         try:
             service = self._factory()
@@ -101,7 +106,7 @@ class ServiceHolder:
             self._service, self._error, self._building = service, error, False
             self._cond.notify_all()
 
-    def _acquire(self, timeout_s: float) -> Any:
+    def _acquire(self, timeout_s: float) -> MemoryService:
         self.go()
         with self._cond:
             if not self._building and self._error is not None:
@@ -110,6 +115,7 @@ class ServiceHolder:
                 raise Unavailable("The memory service is still starting.", hint="Retry in a few seconds.")
             if self._error is not None:
                 raise start_failure(self._error)
+            assert self._service is not None  # built, since no error was kept
             self._in_use += 1
             return self._service
 
@@ -118,7 +124,7 @@ class ServiceHolder:
             self._in_use -= 1
             self._cond.notify_all()
 
-    def _reopen(self, stale: Any) -> bool:
+    def _reopen(self, stale: MemoryService) -> bool:
         """Replace a service that opened its data directory to read only, if the directory can be
         written now; False if it cannot. Called with no call of this thread on the service."""
         with self._cond:
@@ -137,7 +143,7 @@ class ServiceHolder:
         self._build(0.0)
         return True
 
-    def call(self, fn: Callable[[Any], T], *, timeout_s: float = 120.0) -> T:
+    def call(self, fn: Callable[[MemoryService], T], *, timeout_s: float = 120.0) -> T:
         """Run ``fn(service)`` in this (worker) thread once the service is ready.
 
         A write that a read-only service refuses runs again, once, on a service opened anew if
@@ -151,7 +157,7 @@ class ServiceHolder:
         try:
             return fn(service)
         except ReadOnlyData:
-            if not getattr(service, "read_only", False):
+            if not service.read_only:
                 raise
             self._release()
             held = False
@@ -187,7 +193,7 @@ def start_failure(error: BaseException) -> MnemoError:
                        hint="It is tried again at the next call.")  # fmt: skip
 
 
-async def call_service(ctx: Context, fn: Callable[[Any], T]) -> T:
+async def call_service(ctx: Context, fn: Callable[[MemoryService], T]) -> T:
     """Run one service call in a worker thread, mapping failures to tool errors."""
     holder: ServiceHolder = ctx.request_context.lifespan_context
     try:
@@ -435,18 +441,19 @@ def memory_tools() -> list[Tool]:
     return tools
 
 
-def create_app(settings: Settings, factory: Callable[[], Any] | None = None) -> MCPServer:
+def create_app(settings: Settings, factory: Callable[[], MemoryService] | None = None) -> MCPServer:
     """The MCP server over ``settings``; ``factory`` builds the service (default: from settings)."""
+    configure()  # a host may start the server without the command: process-wide settings first
 
-    embedders: list[Any] = []  # one: a service opened anew (see ServiceHolder) reuses the loaded model
+    embeddings: list[EmbeddingModel] = []  # one: a service opened anew (see ServiceHolder) reuses the model
 
-    def default_factory() -> Any:
+    def default_factory() -> MemoryService:
         # Imported here, in the start-up thread: the storage libraries take a second to import.
-        from mnemoplan.service.bootstrap import build_service, settings_embedder
+        from mnemoplan.service.bootstrap import build_service, settings_embedding
 
-        if not embedders:
-            embedders.append(settings_embedder(settings))
-        return build_service(settings, embedder=embedders[0])
+        if not embeddings:
+            embeddings.append(settings_embedding(settings))
+        return build_service(settings, embedding=embeddings[0])
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[ServiceHolder]:

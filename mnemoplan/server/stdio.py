@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import ijson
 from anyio import from_thread
+from anyio.abc import ObjectSendStream
 from anyio.lowlevel import current_token
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
@@ -125,10 +126,10 @@ class _Lines:
 
     def __init__(self, source: AsyncIterable[str]) -> None:
         self._source = source
-        self._answers: Any = None
+        self._answers: ObjectSendStream[SessionMessage] | None = None
         self._ready = anyio.Event()
 
-    def answer_with(self, stream: Any) -> None:
+    def answer_with(self, stream: ObjectSendStream[SessionMessage]) -> None:
         """Where to write the answers to refused lines (the transport's write stream)."""
         self._answers = stream
         self._ready.set()

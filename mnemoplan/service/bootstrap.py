@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from types import MappingProxyType
 
 from mnemoplan.config import Settings
 from mnemoplan.extract.times import warm_up as warm_up_dates
 from mnemoplan.storage.bm25 import BM25Index
-from mnemoplan.inference.embedder import Embedder, make_embedder
-from mnemoplan.search.entity_graph import EntityGraphIndex, GraphTraversalIndex
+from mnemoplan.inference.embedder import EmbeddingModel, TokenEncoder, embedding_model
+from mnemoplan.search.entity_graph import EntityGraphIndex
+from mnemoplan.search.graph_traversal import GraphTraversalIndex
 from mnemoplan.search.fact_store import FactStoreIndex
 from mnemoplan.search.hierarchical import HierarchicalIndex
 from mnemoplan.search.bm25 import BM25SearchIndex
@@ -31,15 +33,19 @@ from mnemoplan.ingest.llm_extractor import LLMFactExtractor
 from mnemoplan.planner.llm.planner import LLMPlanner, LLMReplanner
 from mnemoplan.planner.ranking import RankingConfig
 from mnemoplan.planner.recall import RecallConfig, RecallPipeline
-from mnemoplan.planner.rerank.rerankers import CrossEncoderReranker, LateInteractionReranker, LLMReranker
+from mnemoplan.planner.rerank.base import Reranker
+from mnemoplan.planner.rerank.cross_encoder import CrossEncoderReranker
+from mnemoplan.planner.rerank.late_interaction import LateInteractionReranker
+from mnemoplan.planner.rerank.llm import LLMReranker
 from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.ingest.pipeline import Ingestor
 from mnemoplan.service.service import Limits, MemoryService
 
 log = logging.getLogger(__name__)
 
 
-def build_registry(store: MemoryStore, embedder: Embedder | None = None) -> IndexRegistry:
-    """Every searchable index over one store (``token_match`` with an embedder that gives a
+def build_registry(store: MemoryStore, tokens: TokenEncoder | None = None) -> IndexRegistry:
+    """Every searchable index over one store (``token_match`` when the embedding model gives a
     query's token vectors)."""
     keys = lambda u: store.keys(u, create=False)  # noqa: E731
     registry = IndexRegistry()
@@ -51,9 +57,8 @@ def build_registry(store: MemoryStore, embedder: Embedder | None = None) -> Inde
     registry.register(FactStoreIndex(store.log))
     registry.register(WorkingMemoryIndex(store.log))
     registry.register(HierarchicalIndex(store.log, store.bm25))
-    query_tokens = getattr(embedder, "query_tokens", None)
-    if query_tokens is not None:
-        registry.register(TokenMatchIndex(store.log, query_tokens, store.bm25.word_idf))
+    if tokens is not None:
+        registry.register(TokenMatchIndex(store.log, tokens.query_tokens, store.bm25.word_idf))
     return registry
 
 
@@ -73,17 +78,23 @@ def recall_config(settings: Settings) -> RecallConfig:
     )
 
 
-def build_service(settings: Settings, *, embedder: Embedder | None = None) -> MemoryService:
+def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None) -> MemoryService:
     """Open the stores under ``settings.data_dir``, repair interrupted writes, wire everything.
 
     A data directory that cannot be written is opened to read only: no repair, no maintenance,
     no search log and no LLM extraction (they all write); every write raises ``ReadOnlyData``.
 
+    Args:
+        settings: The configuration.
+        embedding: An embedding model already loaded (a service opened anew reuses it); by
+            default, the one Settings name.
+
     Raises:
         DataDirLocked: another process owns the data directory.
         ReadOnlyData: it cannot be written, and holds no memories to read.
     """
-    embedder = embedder or settings_embedder(settings)
+    embedding = embedding or settings_embedding(settings)
+    embedder, tokens = embedding.embedder, embedding.tokens
     store = MemoryStore(
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
@@ -100,8 +111,13 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         if repaired:
             log.warning("repaired %d interrupted write(s)", repaired)
         store.maintain_if_fragmented()
-    registry = build_registry(store, embedder)
+    registry = build_registry(store, tokens)
     warm_up_dates()  # 0.1-0.2 s here, not in the first query or message that names a date
+    client = llm_client(settings)
+    llm = llm_parts(settings, client)
+    recall_reranker: Reranker | None = None
+    if settings.recall_rerank != "off":
+        recall_reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemoplan-step")
     recall = RecallPipeline(
         registry=registry,
@@ -110,6 +126,8 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         records=store.log,
         embed_query=embedder.embed_query,
         config=recall_config(settings),
+        reranker=recall_reranker,
+        rerank_deadline_s=settings.recall_rerank_deadline_s,
     )
     limits = Limits(
         max_text_chars=settings.max_text_chars,
@@ -120,15 +138,19 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         recall_max_limit=settings.recall_max_limit,
         deep_max_results=settings.deep_max_results,
     )
-    client = llm_client(settings)
-    llm = llm_parts(settings, client)
-    if settings.recall_rerank != "off":
-        recall.reranker = llm.reranker if settings.recall_rerank == "llm" else cross_encoder(settings)
-        recall.rerank_deadline_s = settings.recall_rerank_deadline_s
     if llm.reranker is None:  # deep search's default only: recall's choice was made above
-        llm.reranker = token_reranker(settings, embedder, store.bm25, registry)
+        llm = replace(llm, reranker=token_reranker(settings, tokens, store.bm25, registry))
     deep = DeepSearch(recall, deep_config(settings), llm)
-    service = MemoryService(
+    ingestor = Ingestor(
+        store, embedder.embed, embed_with_tokens=tokens.embed_with_tokens if tokens is not None else None
+    )
+    extraction = None
+    if client is not None and not store.read_only:
+        extraction = BackgroundExtraction(
+            ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
+            every=settings.llm_extraction_every,
+        )  # fmt: skip
+    return MemoryService(
         store=store,
         embedder=embedder,
         registry=registry,
@@ -136,19 +158,15 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         deep=deep,
         limits=limits,
         default_user_id=settings.default_user_id,
+        ingestor=ingestor,
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
+        extraction=extraction,
     )
-    if client is not None and not store.read_only:
-        service.extraction = BackgroundExtraction(
-            service.ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
-            every=settings.llm_extraction_every,
-        )  # fmt: skip
-    return service
 
 
-def settings_embedder(settings: Settings) -> Embedder:
-    """The embedder Settings name (its model loads in the background)."""
-    return make_embedder(
+def settings_embedding(settings: Settings) -> EmbeddingModel:
+    """The embedding model Settings name (it loads in the background)."""
+    return embedding_model(
         settings.embedding_model,
         batch_size=settings.embedding_batch_size,
         threads=settings.embedding_threads,
@@ -186,16 +204,17 @@ def cross_encoder(settings: Settings) -> CrossEncoderReranker | None:
 
 
 def token_reranker(
-    settings: Settings, embedder: Embedder, bm25: BM25Index, registry: IndexRegistry
+    settings: Settings, tokens: TokenEncoder | None, bm25: BM25Index, registry: IndexRegistry
 ) -> LateInteractionReranker | None:
     """Deep search's reranker without an LLM or a cross-encoder: token-level matching with the
     embedding model, when it is switched on and the model can give token vectors. Where the
     ``token_match`` index already matched every memory of the user, deep search skips it."""
-    if settings.deep_token_rerank <= 0 or not hasattr(embedder, "token_vectors"):
+    if settings.deep_token_rerank <= 0 or tokens is None:
         return None
     index = registry.get("token_match") if "token_match" in registry.names else None
-    return LateInteractionReranker(embedder.token_vectors, bm25.word_idf, weight=settings.deep_token_rerank,
-                                   complete=getattr(index, "complete", None))  # fmt: skip
+    complete = index.complete if isinstance(index, TokenMatchIndex) else None
+    return LateInteractionReranker(tokens.token_vectors, bm25.word_idf, weight=settings.deep_token_rerank,
+                                   complete=complete)  # fmt: skip
 
 
 def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:

@@ -18,12 +18,14 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
 from mnemoplan.inference.embedder import Embedder
-from mnemoplan.ingest.pipeline import IngestConfig, Ingestor, NewMemory, Progress
+from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.ingest.pipeline import Ingestor, NewMemory, Progress
 from mnemoplan.storage.log.table import sql_in, sql_str
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.service.search_log import SearchLog
 from mnemoplan.storage.store import MemoryStore, can_write
 from mnemoplan.model import (
+    DeepSearchResult,
     ExplainPlanResult,
     ForgetReceipt,
     MemoryItem,
@@ -44,6 +46,7 @@ from mnemoplan.planner.recall import RecallPipeline, Scope
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 P = ParamSpec("P")
+SearchResult = TypeVar("SearchResult", RecallResult, DeepSearchResult)
 
 
 def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
@@ -98,6 +101,9 @@ class MemoryService:
         deep: Deep search.
         limits: Input limits.
         default_user_id: User of calls that name none.
+        ingestor: The write path.
+        search_log: Where searches are logged; None for none.
+        extraction: Facts extracted by an LLM in the background; None without an LLM.
     """
 
     def __init__(
@@ -110,11 +116,11 @@ class MemoryService:
         deep: DeepSearch,
         limits: Limits,
         default_user_id: str,
-        ingest: IngestConfig | None = None,
+        ingestor: Ingestor,
         search_log: SearchLog | None = None,
+        extraction: BackgroundExtraction | None = None,
     ) -> None:
-        # Set by the composition root when an LLM extracts facts in the background.
-        self.extraction: Any = None
+        self.extraction = extraction
         self.store = store
         self.embedder = embedder
         self.registry = registry
@@ -122,8 +128,7 @@ class MemoryService:
         self.deep = deep
         self.limits = limits
         self.default_user_id = default_user_id
-        self.ingestor = Ingestor(store, embedder.embed, ingest,
-                                 embed_with_tokens=getattr(embedder, "embed_with_tokens", None))  # fmt: skip
+        self.ingestor = ingestor
         self.search_log = search_log
 
     @property
@@ -137,7 +142,9 @@ class MemoryService:
 
     # -- argument checks -----------------------------------------------------------------
 
-    def _logged(self, tool: str, user: str, query: str, search: Callable[[], T]) -> T:
+    def _logged(
+        self, tool: str, user: str, query: str, search: Callable[[], SearchResult]
+    ) -> SearchResult:
         """Run a search and log it (query, plan, timings, counts, rounds, cost, outcome)."""
         started = time.perf_counter()
         entry: dict[str, Any] = {"ts": datetime.now(UTC).isoformat(), "tool": tool, "user_id": user, "query": query}
@@ -151,7 +158,7 @@ class MemoryService:
             raise
         else:
             entry.update(ok=True, **search_summary(result))
-            self.store.note_access([item.id for item in getattr(result, "items", [])])
+            self.store.note_access([item.id for item in result.items])
             return result
         finally:
             entry["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
@@ -454,7 +461,7 @@ class MemoryService:
             closing.callback(self.deep.close)
 
 
-def search_summary(result: Any) -> dict[str, Any]:
+def search_summary(result: RecallResult | DeepSearchResult) -> dict[str, Any]:
     """What the search log keeps of a recall or deep search result."""
     if isinstance(result, RecallResult):
         plan = result.trace.plan

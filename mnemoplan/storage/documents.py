@@ -21,12 +21,8 @@ import numpy as np
 
 from mnemoplan.storage.bm25 import BM25Doc
 from mnemoplan.storage.graph.client import GraphMention, GraphRecord, GraphRelation
-from mnemoplan.model import DocRecord, MemoryItem, Record
-
-
-def spoken(rec: Record | DocRecord | MemoryItem) -> str:
-    """``speaker: text`` for a message with a speaker, else the text."""
-    return f"{rec.speaker}: {rec.text}" if rec.speaker else rec.text
+from mnemoplan.model import DocRecord, Record
+from mnemoplan.model.records import spoken
 
 
 def in_context(rec: Record | DocRecord) -> bool:

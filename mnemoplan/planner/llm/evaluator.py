@@ -11,7 +11,8 @@ from mnemoplan.model import MemoryItem, QueryAnalysis, QueryPlan, StepReport
 from mnemoplan.planner.evaluate import Evaluation
 from mnemoplan.planner.fingerprint import normalise
 from mnemoplan.inference.llm import LLMClient
-from mnemoplan.planner.llm.prompts import JSON_ONLY, analysis_json, clamp, compact, describe, item_line
+from mnemoplan.inference.llm_json import JSON_ONLY, describe
+from mnemoplan.planner.llm.prompts import analysis_json, clamp, compact, item_line
 
 MAX_ITEMS = 20
 

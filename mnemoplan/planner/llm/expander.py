@@ -10,14 +10,15 @@ add candidates next to the original query's; neither replaces it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 
 from mnemoplan.errors import LLMError
-from mnemoplan.model import PlanStep, QueryAnalysis, QueryPlan
-from mnemoplan.inference.llm import LLMClient, LLMUsage
-from mnemoplan.planner.llm.prompts import JSON_ONLY, analysis_json, describe
+from mnemoplan.model import QueryAnalysis
+from mnemoplan.inference.llm import LLMClient
+from mnemoplan.inference.llm_json import JSON_ONLY, describe
+from mnemoplan.planner.llm.prompts import analysis_json
+from mnemoplan.planner.llm.protocols import Expansion
 
 MAX_CHARS = 500  # of each expansion; longer replies are cut
 
@@ -34,34 +35,6 @@ EXPANDER_SYSTEM = (
 class _ExpansionReply(BaseModel):
     rewrite: str = ""
     hypothetical: str = ""
-
-
-@dataclass
-class Expansion:
-    """What the LLM proposed, and what it cost."""
-
-    rewrite: str
-    hypothetical: str
-    usage: LLMUsage | None = None
-
-    def steps(self, plan: QueryPlan) -> list[PlanStep]:
-        """Extra steps for a plan: BM25 on the rewrite, vectors on the hypothetical memory.
-
-        Each takes the parameters and weight of the plan's own step on that index, so kinds
-        and depth match; nothing is added for an index the plan does not use.
-        """
-        taken = {s.step_id for s in plan.steps}
-        extra: list[PlanStep] = []
-        for index, text, step_id, why in (
-            ("bm25", self.rewrite, "rewrite", "the query rewritten with the words an answer would use"),
-            ("semantic", self.hypothetical, "hyde", "vectors of a hypothetical answering memory (HyDE)"),
-        ):
-            base = next((s for s in plan.steps if s.index == index and not s.depends_on), None)
-            if base is None or not text or step_id in taken:
-                continue
-            extra.append(PlanStep(step_id=step_id, index=index, params={**base.params, "query": text},
-                                  weight=base.weight * 0.5, rationale=why))  # fmt: skip
-        return extra
 
 
 class LLMExpander:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -23,14 +22,12 @@ from mnemoplan.model import (
     QueryAnalysis,
     QueryPlan,
 )
-from mnemoplan.planner.deep import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.evaluate import Evaluation
 from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.inference.llm import LLMClient, LLMUsage
-from mnemoplan.planner.llm.prompts import JSON_ONLY, analysis_json, compact, describe
-
-Validate = Callable[[QueryPlan], QueryPlan]
-
+from mnemoplan.inference.llm_json import JSON_ONLY, describe
+from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS, analysis_json, compact
+from mnemoplan.planner.llm.protocols import PlannerOutcome, Validate
 
 def _choices(name: str, model: type[BaseModel] = QueryPlan) -> str:
     # Spelled from the model's own Literal types, so the prompt cannot drift from the schema.
@@ -70,23 +67,6 @@ REPLANNER_SYSTEM = (
 _MAX_BAD_JSON_CHARS = 4000
 _PLAN_FIELDS = ("steps", "combination_strategy", "expected_answer_type", "max_results")
 _RESULTS_CAP = next(m.le for m in QueryPlan.model_fields["max_results"].metadata if hasattr(m, "le"))
-
-
-@dataclass
-class PlannerOutcome:
-    """What a planning call produced.
-
-    Attributes:
-        plan: The validated plan, or None when the caller must fall back.
-        usage: Tokens and cost of every LLM call made (a failed call counts only as a failure).
-        attempts: Plans asked of the LLM: 1, or 2 when a repair was needed.
-        fallback_reason: Why ``plan`` is None, for the caller's warnings; empty on success.
-    """
-
-    plan: QueryPlan | None
-    usage: LLMUsage = field(default_factory=LLMUsage)
-    attempts: int = 0
-    fallback_reason: str = ""
 
 
 class _PlanWriter:

@@ -1,28 +1,36 @@
-"""What the LLM prompts share: compact JSON, one line per memory, the analysis, error text."""
+"""What the planner's LLM prompts share: the planner's instructions, compact JSON, one line per
+memory, the analysis."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from pydantic import ValidationError
-
 from mnemoplan.model import MemoryItem, QueryAnalysis
 from mnemoplan.planner.formatter import outdated
 
-JSON_ONLY = "Reply with one JSON object only: no prose, no code fences."
 MAX_ITEM_CHARS = 300
+
+# What explain_plan hands the calling agent, so that its own LLM can write the plan, and what
+# the LLM planner is told of plans.
+PLANNER_INSTRUCTIONS = """\
+You can write the plan deep_memory_search runs. A plan is JSON matching plan_schema:
+{"query": "...", "steps": [{"step_id": "s1", "index": "<name>", "params": {...}, "depends_on": [],
+"combine": "union", "weight": 1.0}], "combination_strategy": "weighted_union" | "rrf" | "sequential_filter",
+"expected_answer_type": "text" | "yes_no" | "number" | "date" | "list", "max_results": 10}
+Rules: use only the indexes listed (prefer available ones) and only their query_params; step_ids are
+unique; depends_on names earlier steps, whose results become the step's upstream (graph_traversal starts
+from the entities of those records; a temporal step with dated_only keeps the dated ones); combine
+"filter_by" re-scores what other steps found without adding records, "intersect" keeps, of what the
+steps it depends on found, only what it found too. Start from deep_plan and edit it: drop steps that
+cannot help, add a step for a need the plan misses, raise top_k when recall matters more than speed. \
+Pass the plan back as
+deep_memory_search(plan=...); it runs exactly as given (no re-planning)."""
 
 
 def compact(value: Any) -> str:
     # Prompts keep the natural key order (a descriptor reads name-first) and no spaces (tokens).
     return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
-
-
-def describe(err: ValidationError) -> str:
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in err.errors()[:4]]
-    more = err.error_count() - len(problems)
-    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
 def analysis_json(a: QueryAnalysis) -> str:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lancedb.index import BTree, HnswSq
 
+from mnemoplan.runtime import configure_lance
 from mnemoplan.storage.log.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache, kind_code_array
@@ -40,27 +41,6 @@ from mnemoplan.model.records import (
 
 log = logging.getLogger(__name__)
 
-
-def _usable_cpus() -> int:
-    """The cores this process may use: its CPU affinity, capped by a cgroup v2 quota."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text(encoding="utf-8").split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, int(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return cpus
-
-
-# Lance does its CPU work (encoding an append, building an index, compacting) on a pool of
-# max(1, cores - 2) threads, sized once, at its first use. On a machine of up to three cores
-# that is one thread: building the vector index (~45 s at 100k rows) held it, and every append
-# to any table waited for the whole build (a `remember` blocked ~10 s at 100k records). A second
-# thread lets appends through (at most 65-80 ms during a build, which took as long). Larger
-# machines keep Lance's own size, and a value set by the user stands.
-if _usable_cpus() <= 3:
-    os.environ.setdefault("LANCE_CPU_THREADS", "2")
 
 TABLE = "records"
 OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
@@ -245,6 +225,7 @@ class LanceLog:
             self._to_rewrite: dict[str, set[int]] = {name: set(frags) for name, frags in saved.items()}
         except (OSError, ValueError, AttributeError, TypeError):
             self._to_rewrite = {}
+        configure_lance()  # before Lance's first use sizes its pool
         self._db = lancedb.connect(str(path))
         self._ann_min_rows = ann_min_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)

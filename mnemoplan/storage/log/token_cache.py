@@ -13,41 +13,20 @@ LoCoMo turn against ~27 KB as float16, for 0.4 point of R@10 measured (bench/REA
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import struct
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 
+from mnemoplan.inference.token_vectors import DIM, project
 from mnemoplan.storage.log.vector_cache import UserCache, passing
 
-DIM = 128
 _MAGIC = b"T1"
 _HEADER = struct.Struct("<2sHH")  # magic, tokens, dimensions
 _MAX_TOKENS = 65_535
 CHUNK_TOKENS = 32_768  # tokens scored per matrix product (16 MB as float32)
-
-
-@functools.cache
-def projection(width: int, dim: int = DIM) -> np.ndarray:
-    """The fixed ``width`` x ``dim`` projection: signs read from SHAKE-256 of a constant, over sqrt(dim)."""
-    bits = np.unpackbits(np.frombuffer(hashlib.shake_256(b"mnemoplan token projection v1").digest(width * dim // 8 + 1),
-                                       dtype=np.uint8))[: width * dim]  # fmt: skip
-    return ((bits.astype(np.float32) * 2.0 - 1.0) / np.float32(np.sqrt(dim))).reshape(width, dim)
-
-
-def project(vectors: np.ndarray) -> np.ndarray:
-    """Token vectors (n, width) projected to unit vectors (n, DIM), float32."""
-    if len(vectors) == 0:
-        return np.zeros((0, DIM), dtype=np.float32)
-    out = np.asarray(vectors, dtype=np.float32) @ projection(vectors.shape[1])
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (out / norms).astype(np.float32, copy=False)
 
 
 def pack(vectors: np.ndarray) -> bytes:
@@ -86,18 +65,6 @@ def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     scale = np.frombuffer(blob, dtype=np.float16, count=n, offset=_HEADER.size).astype(np.float32)
     codes = np.frombuffer(blob, dtype=np.int8, count=n * dim, offset=_HEADER.size + n * 2).reshape(n, dim)
     return codes, scale
-
-
-def token_weights(text: str, words: list[tuple[int, int]], idf: Callable[[list[str]], list[float]]) -> np.ndarray:
-    """Weights summing to 1 for a query's tokens: each by its word's rarity in the user's memory
-    (``idf`` of the words; 0 for a stop word), so the words that carry the question decide;
-    all alike when every word is a stop word."""
-    spans = sorted(set(words))
-    weight = dict(zip(spans, idf([text[a:b] for a, b in spans]), strict=True))
-    out = np.array([weight[span] for span in words], dtype=np.float64)
-    if out.sum() <= 0:
-        out = np.ones(len(words), dtype=np.float64)
-    return out / max(float(out.sum()), 1e-12)
 
 
 @dataclass(frozen=True)

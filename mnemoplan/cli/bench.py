@@ -1,0 +1,34 @@
+"""``mnemoplan bench`` and ``mnemoplan bench-scale``: retrieval quality, latency and scale."""
+
+from __future__ import annotations
+
+import argparse
+
+from mnemoplan.bench.arguments import bench_arguments, scale_arguments
+
+
+def run(args: argparse.Namespace) -> int:
+    """Benchmark retrieval quality, latency and ingest cost (see bench/README.md)."""
+    from mnemoplan.bench.runner import run_from_args
+
+    return run_from_args(args)
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    """Build (or reuse) one user holding many messages, time recall, write scale.json and scale.md
+    under --out."""
+    from mnemoplan.bench.scale import run_from_args
+
+    return run_from_args(args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench`` and ``bench-scale`` to the command's subparsers."""
+    p = sub.add_parser("bench", help="benchmark recall quality and speed", description=run.__doc__)
+    bench_arguments(p)
+    p.set_defaults(func=run)
+
+    p = sub.add_parser("bench-scale", help="time recall for one user holding many messages",
+                       description=run_scale.__doc__)  # fmt: skip
+    scale_arguments(p)
+    p.set_defaults(func=run_scale)

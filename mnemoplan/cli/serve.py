@@ -1,0 +1,65 @@
+"""``mnemoplan serve``: the MCP server, over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mnemoplan import __version__
+from mnemoplan.cli.common import add_common_arguments, settings_from_args, setup_logging
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the MCP server (stdio by default)."""
+    settings = settings_from_args(args)
+    if args.http:
+        settings = settings.model_copy(update={"transport": "http"})
+    if args.host:
+        settings = settings.model_copy(update={"http_host": args.host})
+    if args.port:
+        settings = settings.model_copy(update={"http_port": args.port})
+    setup_logging(settings.log_level, settings.log_file)
+    from mnemoplan.server.app import create_app
+
+    if settings.transport == "http":
+        where = f"MCP over http://{settings.http_host}:{settings.http_port}/mcp"
+    else:  # in a terminal, what looks like a prompt is a server waiting for its client
+        where = "MCP over stdio: waiting for an MCP client on stdin"
+        if sys.stdin is not None and sys.stdin.isatty():
+            where += " (this is no prompt; Ctrl-C or Ctrl-D stops the server)"
+    try:
+        memory = f"memory in {settings.data_dir} (default user {settings.default_user_id!r})"
+        print(f"mnemoplan {__version__}: {memory}; {where}", file=sys.stderr, flush=True)
+        app = create_app(settings)
+        if settings.transport == "http":
+            app.run("streamable-http", host=settings.http_host, port=settings.http_port)
+        else:
+            import anyio
+
+            from mnemoplan.server.stdio import serve_stdio
+
+            anyio.run(serve_stdio, app)
+    except KeyboardInterrupt:  # Ctrl-C: what the server opened, it closed on its way out
+        print("mnemoplan: stopped (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is between 1 and 65535, got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``serve`` to the command's subparsers."""
+    p = sub.add_parser("serve", help="run the MCP server (stdio unless --http)", description=run.__doc__)
+    add_common_arguments(p)
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, help="HTTP port (default 8765)")
+    p.set_defaults(func=run)

