@@ -20,7 +20,7 @@ from mnemoplan.search.base import Hit, LazyVector, SearchIndex, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.fusion import fuse
-from mnemoplan.planner.recall import Scope
+from mnemoplan.model.scope import Scope
 
 STEPS = 3
 REPEATS = 5  # timed runs per question; the median is kept

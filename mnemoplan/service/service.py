@@ -38,8 +38,9 @@ from mnemoplan.model import (
     check_scope,
     check_text,
 )
+from mnemoplan.model.scope import Scope
 from mnemoplan.planner.deep import DeepSearch
-from mnemoplan.planner.recall import RecallPipeline, Scope
+from mnemoplan.planner.recall import RecallPipeline
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
