@@ -28,10 +28,10 @@ from mnemoplan.extract.summary import SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.ingest.derive import decide, episode_record, fact_record
 from mnemoplan.inference.embedder import TokenVectors
-from mnemoplan.storage.log.table import LACKS_TOKENS, sql_in, sql_str
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.storage.log.token_cache import pack_many, projection
 from mnemoplan.model import Record
+from mnemoplan.model.scope import RecordFilter
 
 log = logging.getLogger(__name__)
 
@@ -342,8 +342,7 @@ class Ingestor:
         (done, total) in records."""
         if self.embed_with_tokens is None:
             return 0
-        where = f"user_id = {sql_str(user_id)} AND {LACKS_TOKENS}"
-        missing = sorted(self.store.log.records(where), key=lambda r: r.seq)
+        missing = sorted(self.store.log.records_lacking_tokens(user_id), key=lambda r: r.seq)
         done = 0
         for start in range(0, len(missing), batch):
             part = missing[start : start + batch]
@@ -381,8 +380,7 @@ class Ingestor:
         wanted = sorted(set(ids))
         if not wanted:
             return
-        stored = {r["id"] for r in self.store.log.select(
-            f"user_id = {sql_str(user_id)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+        stored = set(self.store.log.ids(RecordFilter(user_id, ids=tuple(wanted))))
         if len(stored) < len(wanted):
             raise SourcesGone(set(wanted) - stored)
 

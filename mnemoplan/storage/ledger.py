@@ -16,8 +16,9 @@ import numpy as np
 
 from mnemoplan.extract.names import entity_key
 from mnemoplan.ingest.derive import SUMMARIZER, KnownFact, is_hedged
-from mnemoplan.storage.log.table import LanceLog, sql_str
 from mnemoplan.model import Record
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 
 _COLUMNS = ["id", "content_hash", "source_id", "session_id", "seq", "kind", "metadata", "superseded_by", "mention_count"]
 
@@ -55,7 +56,7 @@ class UserLedger:
         Column by column: a dict per row cost ~0.4 s at 100k records, and this load comes on a
         user's first write and the first after each forget."""
         ledger = cls()
-        cols = log.columns(f"user_id = {sql_str(user_id)}", _COLUMNS)
+        cols = log.columns(RecordFilter(user_id), _COLUMNS)
         ids, kinds, sessions = cols["id"], cols["kind"], cols["session_id"]
         ledger.by_hash = dict(zip(cols["content_hash"], ids, strict=True))
         ledger.by_source = {(session, source): rid for rid, session, source

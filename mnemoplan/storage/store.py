@@ -34,11 +34,12 @@ from mnemoplan.storage.documents import (
 )
 from mnemoplan.storage.graph.client import GraphIndex, GraphUnreadable
 from mnemoplan.storage.journal import Intent, WriteJournal
-from mnemoplan.storage.log.table import LanceLog, sql_in, sql_str
+from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.storage.ledger import UserLedger
 from mnemoplan.storage.locks import KeyedLocks
 from mnemoplan.storage.overlays import OverlayWriter
 from mnemoplan.model import DocRecord, Record
+from mnemoplan.model.scope import RecordFilter
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ class MemoryStore:
 
     def session_tail(self, user_id: str, session_id: str, count: int) -> list[tuple[str, str]]:
         """(content hash, id) of a session's last ``count`` messages, oldest first."""
-        where = f"user_id = {sql_str(user_id)} AND session_id = {sql_str(session_id)} AND kind = 'message'"
+        where = RecordFilter(user_id, session_id=session_id, kinds=("message",))
         rows = sorted(self.log.select(where, ["id", "content_hash", "seq"]), key=lambda r: r["seq"])
         return [(r["content_hash"], r["id"]) for r in rows[-count:]] if count > 0 else []
 
@@ -354,10 +355,9 @@ class MemoryStore:
             self.log.set_superseded(old_id, new_id, now, user_id)
             self.ledger(user_id).retire_fact(old_id)
             old = self.log.get(user_id, [old_id]).get(old_id)
-            user = f"user_id = {sql_str(user_id)}"
             for source in old.derived_from if old is not None else []:
-                facts = self.log.select(f"{user} AND kind = 'fact' AND array_has(derived_from, {sql_str(source)})",
-                                        ["id", "superseded_by"])  # fmt: skip
+                cited = RecordFilter(user_id, kinds=("fact",), cites=source)
+                facts = self.log.select(cited, ["id", "superseded_by"])
                 if all(f["superseded_by"] or f["id"] == old_id for f in facts):
                     self.log.set_superseded(source, new_id, now, user_id)
         self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
@@ -524,8 +524,7 @@ class MemoryStore:
     def _links(self, user_id: str, ids: list[str]) -> dict[str, dict[str, str]]:
         """What a delete's intent keeps of its records' links (ids only), for a delete run again
         once they are out of the log: the turn before each, and what replaced each."""
-        rows = self.log.select(f"user_id = {sql_str(user_id)} AND {sql_in('id', ids)}",
-                               ["id", "prev_id", "superseded_by"])  # fmt: skip
+        rows = self.log.select(RecordFilter(user_id, ids=tuple(ids)), ["id", "prev_id", "superseded_by"])
         return {"prev": {r["id"]: r["prev_id"] for r in rows if r["prev_id"]},
                 "replaced_by": {r["id"]: r["superseded_by"] for r in rows if r["superseded_by"]}}  # fmt: skip
 
@@ -534,9 +533,9 @@ class MemoryStore:
         (``_links``) stands in for the rows a delete run before already took out of the log."""
         ids = report.ids
         gone = set(ids)
-        user = f"user_id = {sql_str(user_id)}"
-        successors = [r for r in self.log.records(f"{user} AND {sql_in('prev_id', ids)}") if r.id not in gone]
-        deleted = self.log.select(f"{user} AND {sql_in('id', ids)}", ["id", "prev_id", "superseded_by"])
+        following = self.log.records(RecordFilter(user_id, follows=tuple(ids)))
+        successors = [r for r in following if r.id not in gone]
+        deleted = self.log.select(RecordFilter(user_id, ids=tuple(ids)), ["id", "prev_id", "superseded_by"])
         links = links or {}
         prev_of = {**links.get("prev", {}), **{row["id"]: row["prev_id"] for row in deleted}}
         replaced_by = {**links.get("replaced_by", {}), **{row["id"]: row["superseded_by"] for row in deleted}}
@@ -557,8 +556,7 @@ class MemoryStore:
         """What deleted records had replaced: pointed at what replaced them in turn, else current
         again (forgetting "I moved to Bergen" leaves Oslo as where the user lives), and then
         so are the messages the reopened facts were read from."""
-        user = f"user_id = {sql_str(user_id)}"
-        rows = self.log.select(f"{user} AND {sql_in('superseded_by', sorted(gone))}",
+        rows = self.log.select(RecordFilter(user_id, replaced_by=tuple(sorted(gone))),
                                ["id", "kind", "superseded_by", "valid_to", "derived_from"])  # fmt: skip
         sources: set[str] = set()
         for row in rows:
@@ -574,8 +572,9 @@ class MemoryStore:
             if row["kind"] == "fact":
                 sources.update(s for s in row["derived_from"] or [] if s not in gone)
         if sources:
-            for row in self.log.select(f"{user} AND superseded_by != '' AND {sql_in('id', sorted(sources))}", ["id"]):
-                self.log.set_superseded(row["id"], "", None, user_id)
+            replaced = RecordFilter(user_id, current=False, ids=tuple(sorted(sources)))
+            for rid in self.log.ids(replaced):
+                self.log.set_superseded(rid, "", None, user_id)
 
     def _recontext(self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]) -> None:
         """Point each successor at the nearest surviving earlier turn and recompute its vector
@@ -670,12 +669,11 @@ class MemoryStore:
         with self.writing(user_id):
             self.wait_for_writes(user_id)
             with self._write_lock:
-                where = f"user_id = {sql_str(user_id)}"
-                report.ids = [row["id"] for row in self.log.select(where, ["id"])]
+                report.ids = self.log.ids(RecordFilter(user_id))
                 intent = self.journal.begin(Intent("drop_user", user_id))
                 keys = self.keys(user_id, create=False)
-                report.per_store["log"] = self.log.count(where)
-                self.log.delete_where(where, user_id)
+                report.per_store["log"] = self.log.count(RecordFilter(user_id))
+                self.log.delete_user(user_id)
                 self.bm25.drop_user(user_id)
                 report.per_store["bm25"] = report.per_store["log"]
                 report.per_store["graph"] = self.graph.drop_user(keys.user) if keys else 0
@@ -693,21 +691,21 @@ class MemoryStore:
 
     def user_records(self, user_id: str) -> list[Record]:
         """Every record of a user, in write order."""
-        return sorted(self.log.iter_records(f"user_id = {sql_str(user_id)}"), key=lambda r: r.seq)
+        return sorted(self.log.iter_records(RecordFilter(user_id)), key=lambda r: r.seq)
 
     def rebuild_bm25(self, user_id: str, records: Sequence[Record | DocRecord] | None = None) -> int:
         """Rebuild a user's BM25 index from the log (this also purges deleted documents), beside
         writes made meanwhile (``BM25Index.rebuild``); ``records``: every record of the user."""
-        user = f"user_id = {sql_str(user_id)}"
 
         def docs(ids: set[str] | None) -> list[BM25Doc]:
             if ids is None:
-                found = self.log.doc_records(user) if records is None else records
+                found = self.log.doc_records(RecordFilter(user_id)) if records is None else records
                 by_id = {r.id: r for r in found}
             else:  # written during the rebuild, and the turns they follow
-                found = self.log.doc_records(f"{user} AND {sql_in('id', sorted(ids))}")
+                found = self.log.doc_records(RecordFilter(user_id, ids=tuple(sorted(ids))))
                 prev = {r.prev_id for r in found if r.prev_id}
-                by_id = {r.id: r for r in self.log.doc_records(f"{user} AND {sql_in('id', sorted(prev))}")} if prev else {}
+                wanted = RecordFilter(user_id, ids=tuple(sorted(prev)))
+                by_id = {r.id: r for r in self.log.doc_records(wanted)} if prev else {}
             return [bm25_doc(r, by_id.get(r.prev_id)) for r in found]
 
         return self.bm25.rebuild(user_id, docs)
