@@ -14,13 +14,35 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from mnemoplan.extract.facts import HEDGED_CONFIDENCE
 from mnemoplan.extract.names import entity_key
-from mnemoplan.ingest.derive import SUMMARIZER, KnownFact, is_hedged
 from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.table import LanceLog
 
+SUMMARIZER = "extractive"  # the metadata that marks a session summary the write path made
 _COLUMNS = ["id", "content_hash", "source_id", "session_id", "seq", "kind", "metadata", "superseded_by", "mention_count"]
+
+
+@dataclass(frozen=True)
+class KnownFact:
+    """What fact updates need to know of a stored fact."""
+
+    id: str
+    subject_key: str
+    predicate: str
+    object: str
+    negated: bool
+    vector: np.ndarray
+    mentions: int = 1
+    hedged: bool = False
+
+
+def is_hedged(meta: dict) -> bool:
+    """Whether a fact was said unsure. Facts stored before they said so, and an LLM's, which
+    never say: as unsure as a hedge counts as one."""
+    confidence = meta.get("confidence", 1.0)
+    return bool(meta.get("hedged", isinstance(confidence, int | float) and confidence <= HEDGED_CONFIDENCE))
 
 
 @dataclass(frozen=True)
