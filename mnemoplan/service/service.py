@@ -21,7 +21,8 @@ from mnemoplan.inference.embedder import Embedder
 from mnemoplan.ingest.pipeline import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.service.search_log import SearchLog
-from mnemoplan.storage.store import MemoryStore, can_write
+from mnemoplan.storage.lock import can_write
+from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import (
     ExplainPlanResult,
     ForgetReceipt,

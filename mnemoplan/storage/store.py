@@ -7,9 +7,7 @@ the bytes leave the disk. A crash in between is repaired by ``repair()`` at star
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemoplan.errors import READ_ONLY_HINT, DataDirLocked, ReadOnlyData, storage_failure
+from mnemoplan.errors import READ_ONLY_HINT, ReadOnlyData, storage_failure
 from mnemoplan.extract.summary import forget_cached
 from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.storage.catalog import CatalogCache, EntityCatalog
@@ -36,6 +34,7 @@ from mnemoplan.storage.graph.client import GraphIndex, GraphUnreadable
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.storage.ledger import UserLedger
+from mnemoplan.storage.lock import DataDirLock
 from mnemoplan.storage.locks import KeyedLocks
 from mnemoplan.storage.overlays import OverlayWriter
 from mnemoplan.model import DocRecord, Record
@@ -70,42 +69,6 @@ class DeleteReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def can_write(data_dir: Path) -> bool:
-    """Whether this process may write in the data directory now (a read-only mount, or a directory
-    without write permission for the server's user, may not)."""
-    if not os.access(data_dir, os.W_OK | os.X_OK):  # EROFS is reported too, for root as well
-        return False
-    lock = data_dir / "LOCK"
-    return not lock.exists() or os.access(lock, os.W_OK)
-
-
-def _lock_data_dir(data_dir: Path) -> tuple[int, bool]:
-    """Lock the data directory for this process: (the lock file's descriptor, whether the directory
-    can be written). One that cannot is locked through a read-only descriptor (``flock`` needs no
-    write access), so that a server can still read it.
-
-    Raises:
-        DataDirLocked: Another process holds the lock.
-        ReadOnlyData: The directory cannot be written and holds no store to read.
-    """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    writable = can_write(data_dir)
-    try:
-        fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY, 0o600)
-    except FileNotFoundError:
-        raise ReadOnlyData(f"The data directory {data_dir} cannot be written to and holds no memories yet.",
-                           hint=READ_ONLY_HINT) from None  # fmt: skip
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise DataDirLocked(
-            f"Another mnemoplan process is using the data directory {data_dir}.",
-            hint="Stop the other server (or CLI command), or point MNEMOPLAN_DATA_DIR elsewhere.",
-        ) from None
-    return fd, writable
-
-
 ACCESS_FLUSH = 1_000  # distinct retrieved records that make an access-count flush due...
 ACCESS_FLUSH_S = 60.0  # ...once the last one is this old
 ACCESS_FLUSH_MAX = 100_000  # or at once, to bound the memory they hold
@@ -130,6 +93,10 @@ class MemoryStore:
             (1.5 KB a row); larger ones through LanceDB's ANN index.
         token_cache_tokens: Users with at most this many token vectors have them held in memory
             (130 bytes each); larger ones are read from the log when a search asks.
+
+    Raises:
+        DataDirLocked: Another process holds the data directory.
+        ReadOnlyData: The data directory cannot be written and holds no store to read.
     """
 
     def __init__(
@@ -145,8 +112,8 @@ class MemoryStore:
         token_cache_tokens: int = 2_000_000,
     ) -> None:
         self.data_dir = data_dir
-        self._lock_fd, writable = _lock_data_dir(data_dir)
-        self.read_only = not writable
+        self._dir_lock = DataDirLock.acquire(data_dir)
+        self.read_only = not self._dir_lock.writable
         try:
             self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows,
                                 cache_tokens_per_user=token_cache_tokens,
@@ -155,7 +122,7 @@ class MemoryStore:
             self.journal = WriteJournal(data_dir / "journal")
             self.graph = self._open_graph(data_dir / "graph" / "graph.kuzu", graph_buffer_pool_mb)
         except BaseException:
-            os.close(self._lock_fd)
+            self._dir_lock.release()
             raise
         self.context_weight = context_weight
         self._write_lock = threading.RLock()
@@ -871,7 +838,7 @@ class MemoryStore:
                 log.exception("mention and access counts could not be written at close")
         with self._maintenance_lock, self._write_lock:  # the order a purge takes them in
             with ExitStack() as closing:  # each runs, last pushed first, whatever the others raise
-                closing.callback(os.close, self._lock_fd)
+                closing.callback(self._dir_lock.release)
                 closing.callback(self.graph.close)
                 closing.callback(self.graph.checkpoint)
                 closing.callback(self.bm25.close)
