@@ -230,7 +230,7 @@ def test_a_forget_waits_for_maintenance_without_holding_up_writes(tmp_path: Path
         ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
         svc.store.wait_for_writes("u")
         receipts = []
-        with svc.store._maintenance_lock:  # a run in progress
+        with svc.store.locks.maintenance:  # a run in progress
             forgets = [threading.Thread(target=lambda rid=rid: receipts.append(svc.forget(ids=[rid], user_id="u")))
                        for rid in ids[:2]]  # fmt: skip
             for forget in forgets:
@@ -703,7 +703,7 @@ def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
     say(svc, "v", "t", ("Kim", "my bike has a flat tyre"))
     with monkeypatch.context() as patch:
         killed = lambda *a: (_ for _ in ()).throw(RuntimeError("killed"))  # noqa: E731
-        patch.setattr(svc.store, "_relean", killed)
+        patch.setattr(svc.store.rebuilder, "_relean", killed)
         with pytest.raises(RuntimeError):
             svc.store.rebuild()  # the graph file is new and holds at most the first user
     svc.close()
@@ -977,7 +977,7 @@ def test_pending_mention_counts_survive_a_ledger_reload(service: MemoryService) 
     fact = next(r for r in store.user_records("u") if r.kind == "fact")
     store.reinforce("u", [fact.id])
     store.reinforce("u", [fact.id])
-    store._ledgers.pop("u")  # what a delete or a repair does
+    store.drop_ledger("u")  # what a delete or a repair does
     assert store.ledger("u").reinforce(fact.id) == fact.mention_count + 3
 
 
