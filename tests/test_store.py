@@ -186,12 +186,12 @@ def on_disk(root: Path, needle: str) -> list[str]:
 
 
 def test_a_forget_leaves_no_sentence_in_the_summary_caches(service: MemoryService) -> None:
-    from mnemoplan.extract import summary
-
+    summary = service.ingestor.sentences
+    assert summary is not None
     ids = say(service, "u", "s", *[("Ann", f"note {i} about the secret garden HIDE{i}KK") for i in range(10)])
-    assert summary._tokenize.cache_info().currsize and summary._mentions.cache_info().currsize  # summarised
+    assert summary.tokenize.cache_info().currsize and summary.mentions.cache_info().currsize  # summarised
     service.forget(ids=[ids[0]], user_id="u")
-    assert summary._tokenize.cache_info().currsize == summary._mentions.cache_info().currsize == 0
+    assert summary.tokenize.cache_info().currsize == summary.mentions.cache_info().currsize == 0
 
 
 @pytest.mark.parametrize("scope", ["id", "session", "user"])

@@ -181,20 +181,33 @@ def _stem(word: str) -> str:
     return w[:-1] if len(w) >= 4 and w.endswith("e") else w  # create, creating -> creat
 
 
-# A session is summarised again every few messages, from all of its turns: reading each sentence
-# once, not at every summary, keeps a long session's summaries from growing with it (at 2,000
-# turns, three quarters of a summary's time was these). Tokens are never changed once made.
-# The caches hold what people said: a forget empties them (``forget_cached``).
 _SENTENCE_CACHE = 16_384
 
 
-def forget_cached() -> None:
-    """Drop every sentence read so far (a forget leaves no copy of what it deleted)."""
-    _tokenize.cache_clear()
-    _mentions.cache_clear()
+class SentenceCache:
+    """What summaries read of each sentence: its tokens, and the names and times it mentions.
+
+    A session is summarised again every few messages, from all of its turns: reading each
+    sentence once, not at every summary, keeps a long session's summaries from growing with it
+    (at 2,000 turns, three quarters of a summary's time was these). Tokens are never changed
+    once made. The cache holds what people said: its owner empties it when a forget deletes
+    records (``forget``), so no copy of what was deleted stays.
+
+    Args:
+        size: Sentences kept in each of its two caches.
+    """
+
+    def __init__(self, size: int = _SENTENCE_CACHE) -> None:
+        self.tokenize = functools.lru_cache(maxsize=size)(_tokenize)
+        self.mentions = functools.lru_cache(maxsize=size)(_mentions)
+
+    def forget(self, user_id: str) -> None:
+        """Drop every sentence read so far, after a forget of ``user_id``'s records (the cache
+        does not know who said what, so everyone's go)."""
+        self.tokenize.cache_clear()
+        self.mentions.cache_clear()
 
 
-@functools.lru_cache(maxsize=_SENTENCE_CACHE)
 def _tokenize(sentence: str, stopwords: frozenset[str]) -> tuple[_Token, ...]:
     tokens: list[_Token] = []
     for i, m in enumerate(_TOKEN.finditer(sentence)):
@@ -247,7 +260,7 @@ def _header(n_turns: int, participants: list[str], start: datetime, end: datetim
     return f"Session of {_format_span(start, end)} ({inside})."
 
 
-def _sentences(turns: list[SessionTurn], stopwords: frozenset[str]) -> list[_Sentence]:
+def _sentences(turns: list[SessionTurn], stopwords: frozenset[str], cache: SentenceCache) -> list[_Sentence]:
     out: list[_Sentence] = []
     for index, turn in enumerate(turns):
         speaker, text = _clean(turn.speaker or ""), _clean(turn.text or "")
@@ -255,7 +268,7 @@ def _sentences(turns: list[SessionTurn], stopwords: frozenset[str]) -> list[_Sen
             # An image caption describes what was shared; it is not something anyone said.
             if not sentence or _IMAGE.match(sentence):
                 continue
-            tokens = _tokenize(sentence, stopwords)
+            tokens = cache.tokenize(sentence, stopwords)
             stems = tuple(dict.fromkeys(t.stem for t in tokens if t.content))
             out.append(_Sentence(index, position, speaker, sentence, tokens, stems))
     return out
@@ -308,18 +321,19 @@ def _is_candidate(s: _Sentence, strict: bool) -> bool:
     return 5 <= n_words <= 80 and len(s.stems) >= 3
 
 
-@functools.lru_cache(maxsize=_SENTENCE_CACHE)
 def _mentions(text: str) -> tuple[tuple[str, ...], bool]:
     """The keys of the names a sentence mentions, and whether it mentions a time."""
     return tuple(k for k, _ in extract_names(text)), bool(find_times(text, _TIME_REFERENCE))
 
 
-def _score(s: _Sentence, weights: dict[str, float], participant_keys: list[str]) -> float:
+def _score(
+    s: _Sentence, weights: dict[str, float], participant_keys: list[str], cache: SentenceCache
+) -> float:
     base = sum(weights[w] for w in s.stems) / math.sqrt(max(len(s.stems), 3))
     words = [t.raw.lower().replace("’", "'") for t in s.tokens if t.stem]
     if len(words) > 40:  # long sentences hold many words but dilute an overview
         base *= 40 / len(words)
-    found, has_time = _mentions(s.text)
+    found, has_time = cache.mentions(s.text)
     names = [k for k in found if not _is_alias(k, participant_keys)]
     bonus = 1.0 + 0.2 * min(len(names), 2) + (0.3 if has_time else 0.0)
     if any(w in _FIRST_PERSON for w in words):
@@ -453,6 +467,7 @@ def summarize_session(
     max_chars: int = 900,
     stopwords: frozenset[str] | None = None,
     position: int = 0,
+    sentences: SentenceCache | None = None,
 ) -> EpisodeSummary:
     """Summarise one conversation session extractively: header, topics and key sentences.
 
@@ -470,6 +485,8 @@ def summarize_session(
         stopwords: words never counted as content, used instead of ``DEFAULT_STOPWORDS``.
         position: the place in the session of the first turn, when ``turns`` are a later
             stretch of a long session (the header then says which messages they are).
+        sentences: what earlier summaries read of each sentence (by default, nothing is kept
+            past this call).
 
     Returns:
         The summary, with the key sentences' turn indexes and the session's time span.
@@ -496,10 +513,11 @@ def summarize_session(
     stop = stop | {w for p in participants for w in p.lower().split()}
     stop |= {a for a in aliases if _is_alias(a, keys)}
 
-    sentences = _sentences(turns, stop)
-    weights, df = _weights(sentences)
-    topics = _topics(sentences, weights, df)
-    entities = _entities(sentences, participants, stop)
+    cache = sentences if sentences is not None else SentenceCache()
+    read = _sentences(turns, stop, cache)
+    weights, df = _weights(read)
+    topics = _topics(read, weights, df)
+    entities = _entities(read, participants, stop)
 
     text = _header(len(turns), participants, start, end, position)
     shown_topics = list(topics)
@@ -508,11 +526,11 @@ def summarize_session(
     if shown_topics:
         text += f" Topics: {', '.join(shown_topics)}."
 
-    candidates = [s for s in sentences if _is_candidate(s, strict=True)]
+    candidates = [s for s in read if _is_candidate(s, strict=True)]
     if not candidates:  # a session of only chit-chat: better a weak point than none
-        candidates = [s for s in sentences if _is_candidate(s, strict=False)]
+        candidates = [s for s in read if _is_candidate(s, strict=False)]
     for s in candidates:
-        s.score = _score(s, weights, keys)
+        s.score = _score(s, weights, keys, cache)
     per_turn = 1 if len(turns) >= max_sentences else 2
     budget = max_chars - len(text) - len(" Key points: ")
     chosen = _select(candidates, max_sentences=max(max_sentences, 0), per_turn=per_turn, budget=budget)

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 
 from mnemoplan.config import Settings
+from mnemoplan.extract.summary import SentenceCache
 from mnemoplan.extract.times import warm_up as warm_up_dates
 from mnemoplan.storage.bm25 import BM25Index
 from mnemoplan.inference.embedder import Embedder, make_embedder
@@ -84,9 +85,11 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         ReadOnlyData: it cannot be written, and holds no memories to read.
     """
     embedder = embedder or settings_embedder(settings)
+    sentences = SentenceCache()  # the write path's; every delete empties it
     store = MemoryStore(
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
+        forgotten=[sentences.forget],
     )  # fmt: skip
     if store.read_only:
         log.warning("the data directory %s cannot be written to: serving reads only until it can",
@@ -137,6 +140,7 @@ def build_service(settings: Settings, *, embedder: Embedder | None = None) -> Me
         limits=limits,
         default_user_id=settings.default_user_id,
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
+        sentences=sentences,
     )
     if client is not None and not store.read_only:
         service.extraction = BackgroundExtraction(

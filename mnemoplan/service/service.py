@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
+from mnemoplan.extract.summary import SentenceCache
 from mnemoplan.inference.embedder import Embedder
 from mnemoplan.ingest.pipeline import IngestConfig, Ingestor, NewMemory, Progress
 from mnemoplan.search.registry import IndexRegistry
@@ -99,6 +100,10 @@ class MemoryService:
         deep: Deep search.
         limits: Input limits.
         default_user_id: User of calls that name none.
+        ingest: What the write path derives.
+        search_log: Where searches are logged (None: nowhere).
+        sentences: What session summaries read of each sentence, kept between summaries; the
+            store's deletes must empty it (``MemoryStore(forgotten=[sentences.forget])``).
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class MemoryService:
         default_user_id: str,
         ingest: IngestConfig | None = None,
         search_log: SearchLog | None = None,
+        sentences: SentenceCache | None = None,
     ) -> None:
         # Set by the composition root when an LLM extracts facts in the background.
         self.extraction: Any = None
@@ -124,7 +130,8 @@ class MemoryService:
         self.limits = limits
         self.default_user_id = default_user_id
         self.ingestor = Ingestor(store, embedder.embed, ingest,
-                                 embed_with_tokens=getattr(embedder, "embed_with_tokens", None))  # fmt: skip
+                                 embed_with_tokens=getattr(embedder, "embed_with_tokens", None),
+                                 sentences=sentences)  # fmt: skip
         self.search_log = search_log
 
     @property

@@ -8,10 +8,10 @@ BM25 index rebuilt without them, the log's fragments rewritten, the graph checkp
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mnemoplan.errors import storage_failure
-from mnemoplan.extract.summary import forget_cached
 from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.bm25 import BM25Index
@@ -27,6 +27,8 @@ from mnemoplan.storage.rebuild import Rebuilder
 
 log = logging.getLogger(__name__)
 
+# Told the user's id once a delete took records of theirs out of every store.
+ForgetListener = Callable[[str], None]
 # What a delete's intent keeps of its records' links: {"prev": {id: prev_id}, "replaced_by": {id: id}}.
 Links = dict[str, dict[str, str]]
 
@@ -71,17 +73,19 @@ class Deleter:
         bookkeeping: The write path's state (a deleted user's is dropped).
         rebuilder: Rebuilds a user's BM25 index (a purge's first step).
         context_weight: How far a message's search vector leans towards the previous turn.
+        forgotten: Told each user whose records a delete removed (caches of what users said).
     """
 
     def __init__(
         self, *, log: LanceLog, bm25: BM25Index, graph: GraphIndex, journal: WriteJournal,
         overlays: OverlayWriter, locks: StoreLocks, counts: PendingCounts, bookkeeping: WriteBookkeeping,
-        rebuilder: Rebuilder, context_weight: float,
+        rebuilder: Rebuilder, context_weight: float, forgotten: Sequence[ForgetListener] = (),
     ) -> None:  # fmt: skip
         self._log, self._bm25, self._graph, self._journal = log, bm25, graph, journal
         self._overlays, self._locks, self._counts = overlays, locks, counts
         self._bookkeeping, self._rebuilder = bookkeeping, rebuilder
         self._context_weight = context_weight
+        self._forgotten_listeners = tuple(forgotten)
         self._purges: dict[str, Intent] = {}  # purge intents not yet done, by token (under the write lock)
         self._rebuilt: set[str] = set()  # of those, the ones whose user's BM25 index was rebuilt since
         self._stalled: set[str] = set()  # of those, the ones a purge failed to finish (or a redone delete's)
@@ -268,9 +272,10 @@ class Deleter:
         self._bm25.add([bm25_doc(r, before.get(r.prev_id)) for r in moved], commit=False)
 
     def _forgotten(self, user_id: str) -> None:
-        """Drop what the store keeps in memory of a user whose records were deleted (and the
-        sentences the session summaries read, of every user)."""
-        forget_cached()
+        """Drop what the store keeps in memory of a user whose records were deleted, and tell the
+        listeners (the write path's cache of the sentences its summaries read, of every user)."""
+        for listener in self._forgotten_listeners:
+            listener(user_id)
         self._bookkeeping.forget_user(user_id)
 
     # -- the purge -------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from mnemoplan.storage.bm25 import BM25Index
 from mnemoplan.storage.bookkeeping import LastTurn, WriteBookkeeping
 from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.storage.counters import PendingCounts
-from mnemoplan.storage.deletion import DeleteReport, Deleter
+from mnemoplan.storage.deletion import DeleteReport, Deleter, ForgetListener
 from mnemoplan.storage.documents import KeyHasher, bm25_doc, context_vector, graph_record, leans_on, user_keys
 from mnemoplan.storage.graph.client import GraphIndex, GraphUnreadable
 from mnemoplan.storage.journal import Intent, WriteJournal
@@ -64,6 +64,8 @@ class MemoryStore:
             (1.5 KB a row); larger ones through LanceDB's ANN index.
         token_cache_tokens: Users with at most this many token vectors have them held in memory
             (130 bytes each); larger ones are read from the log when a search asks.
+        forgotten: Told the user's id whenever a delete removed records of theirs: what other
+            parts hold of what users said (the write path's sentence cache) goes with them.
 
     Raises:
         DataDirLocked: Another process holds the data directory.
@@ -81,6 +83,7 @@ class MemoryStore:
         graph_buffer_pool_mb: int = 1024,
         vector_cache_rows: int = 200_000,
         token_cache_tokens: int = 2_000_000,
+        forgotten: Sequence[ForgetListener] = (),
     ) -> None:
         self.data_dir = data_dir
         self._dir_lock = DataDirLock.acquire(data_dir)
@@ -112,7 +115,7 @@ class MemoryStore:
         self.deleter = Deleter(
             log=self.log, bm25=self.bm25, graph=self.graph, journal=self.journal, overlays=self.overlays,
             locks=self.locks, counts=self.counts, bookkeeping=self.bookkeeping, rebuilder=self.rebuilder,
-            context_weight=context_weight,
+            context_weight=context_weight, forgotten=forgotten,
         )
         self.repairer = Repairer(
             log=self.log, bm25=self.bm25, graph=self.graph, journal=self.journal, locks=self.locks,
