@@ -128,7 +128,7 @@ def test_without_an_llm_deep_search_re_scores_token_by_token_what_the_token_inde
         assert "rerank" not in fused.stats.durations_ms and not fused.warnings  # the index matched them all
         assert [i.text for i in fused.items] == [i.text for i in plain.items]
         for svc in (on, off):  # a log written before token vectors...
-            svc.store.log._table.drop_columns(["tokens"])
+            svc.store.log.tables.records.drop_columns(["tokens"])
             svc.close()
         on, off = make_service(tmp_path / "on"), make_service(tmp_path / "off", deep_token_rerank=0.0)
         for svc in (on, off):  # ...and written to since: the index matches the newer memories only

@@ -231,7 +231,7 @@ ASKING = [  # (kind, speaker, text, asks)
 def test_what_counts_as_asking_is_the_same_in_memory_and_in_records() -> None:
     import pyarrow as pa
 
-    from mnemoplan.storage.log.table import _asks
+    from mnemoplan.storage.log.schema import asks as _asks
     from mnemoplan.model.records import asks_question
 
     assert [asks_question(k, who, text) for k, who, text, _ in ASKING] == [asks for *_, asks in ASKING]
@@ -244,7 +244,7 @@ def test_what_counts_as_asking_is_the_same_in_memory_and_in_records() -> None:
 def test_what_counts_as_standing_alone_is_the_same_in_memory_and_in_records() -> None:
     import pyarrow as pa
 
-    from mnemoplan.storage.log.table import _alone
+    from mnemoplan.storage.log.schema import alone as _alone
     from mnemoplan.model.records import STANDALONE_WORDS, stands_alone
 
     n = STANDALONE_WORDS

@@ -22,6 +22,7 @@ from mnemoplan.ingest.pipeline import NewMemory, SourcesGone
 from mnemoplan.runtime import usable_cpus as _usable_cpus
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import MessageIn, Record, TimeRange
+from mnemoplan.model.scope import RecordFilter
 from mnemoplan.cli.main import main
 from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service
@@ -185,12 +186,12 @@ def on_disk(root: Path, needle: str) -> list[str]:
 
 
 def test_a_forget_leaves_no_sentence_in_the_summary_caches(service: MemoryService) -> None:
-    from mnemoplan.extract import summary
-
+    summary = service.ingestor.sentences
+    assert summary is not None
     ids = say(service, "u", "s", *[("Ann", f"note {i} about the secret garden HIDE{i}KK") for i in range(10)])
-    assert summary._tokenize.cache_info().currsize and summary._mentions.cache_info().currsize  # summarised
+    assert summary.tokenize.cache_info().currsize and summary.mentions.cache_info().currsize  # summarised
     service.forget(ids=[ids[0]], user_id="u")
-    assert summary._tokenize.cache_info().currsize == summary._mentions.cache_info().currsize == 0
+    assert summary.tokenize.cache_info().currsize == summary.mentions.cache_info().currsize == 0
 
 
 @pytest.mark.parametrize("scope", ["id", "session", "user"])
@@ -229,7 +230,7 @@ def test_a_forget_waits_for_maintenance_without_holding_up_writes(tmp_path: Path
         ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(5)])
         svc.store.wait_for_writes("u")
         receipts = []
-        with svc.store._maintenance_lock:  # a run in progress
+        with svc.store.locks.maintenance:  # a run in progress
             forgets = [threading.Thread(target=lambda rid=rid: receipts.append(svc.forget(ids=[rid], user_id="u")))
                        for rid in ids[:2]]  # fmt: skip
             for forget in forgets:
@@ -263,7 +264,7 @@ def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
 
     def slow_read(where: str) -> list:
         rows = read_all(where)
-        if where == "user_id = 'u'":  # a rebuild has read every record: each waits to be let go
+        if where == RecordFilter("u"):  # a rebuild has read every record: each waits to be let go
             n = len(rebuilds)
             rebuilds.append(n)
             reading[n].set()
@@ -316,7 +317,7 @@ def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch
     data = tmp_path / "data"
     svc = make_service(data)
     rewriting, release = threading.Event(), threading.Event()
-    rewrite = svc.store.log._rewrite_fragment
+    rewrite = svc.store.log.maintenance._rewrite_fragment
 
     def slow_rewrite(table: object, key: str, fragment: int, batch: int = 20_000) -> None:
         rewriting.set()
@@ -331,7 +332,7 @@ def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch
         (summary,) = episodes()
         svc.store.wait_for_writes("u")
         svc.store.log.maintain()  # one compacted fragment holds every row
-        monkeypatch.setattr(svc.store.log, "_rewrite_fragment", slow_rewrite)
+        monkeypatch.setattr(svc.store.log.maintenance, "_rewrite_fragment", slow_rewrite)
         forgets = [threading.Thread(target=svc.forget, kwargs={"ids": [rid], "user_id": "u"}) for rid in ids[:2]]
         forgets[0].start()
         assert rewriting.wait(60)
@@ -507,7 +508,7 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     assert on_disk(tmp_path, "session-8-SID") and log.needs_vector_index()
     log.maintain()
     assert not log.needs_vector_index()
-    assert log.vector_search("u", vectors[8], 1)[0][0] == records[8].id
+    assert log.vector_search(RecordFilter("u"), vectors[8], 1)[0][0] == records[8].id
     log.purge()  # nothing deleted since: the index stays
     assert not log.needs_vector_index()
 
@@ -701,7 +702,8 @@ def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
     say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
     say(svc, "v", "t", ("Kim", "my bike has a flat tyre"))
     with monkeypatch.context() as patch:
-        patch.setattr(svc.store, "_relean", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
+        killed = lambda *a: (_ for _ in ()).throw(RuntimeError("killed"))  # noqa: E731
+        patch.setattr(svc.store.rebuilder, "_relean", killed)
         with pytest.raises(RuntimeError):
             svc.store.rebuild()  # the graph file is new and holds at most the first user
     svc.close()
@@ -858,12 +860,12 @@ def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None
     service.store.wait_for_writes("u")
     log = service.store.log
     query = service.embedder.embed_query("boats on rivers")
-    filters = [{}, {"kinds": ["message"]}, {"project_id": "p"}, {"before": datetime(2022, 1, 1, tzinfo=UTC)}]
+    filters = [{}, {"kinds": ("message",)}, {"project_id": "p"}, {"before": datetime(2022, 1, 1, tzinfo=UTC)}]
     for flt in filters:
-        cached = log.vector_search("u", query, 5, **flt)
+        cached = log.vector_search(RecordFilter("u", **flt), query, 5)
         log.vector_cache.max_user_rows = 0  # force the LanceDB path
         log.vector_cache.invalidate()
-        stored = log.vector_search("u", query, 5, **flt)
+        stored = log.vector_search(RecordFilter("u", **flt), query, 5)
         log.vector_cache.max_user_rows = 50_000
         assert [rid for rid, _ in cached] == [rid for rid, _ in stored]
         assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(cached, stored, strict=True))
@@ -884,7 +886,7 @@ def test_retrievals_are_counted_and_reach_the_log_at_upkeep(service: MemoryServi
 def test_a_log_written_before_access_counts_gains_the_columns(tmp_path: Path) -> None:
     svc = make_service(tmp_path)
     [rid] = say(svc, "u", "s", ("Ann", "the canoe is green"))
-    svc.store.log._table.drop_columns(["access_count", "last_accessed_at"])  # the older schema
+    svc.store.log.tables.records.drop_columns(["access_count", "last_accessed_at"])  # the older schema
     svc.close()
     svc = make_service(tmp_path)
     try:
@@ -975,7 +977,7 @@ def test_pending_mention_counts_survive_a_ledger_reload(service: MemoryService) 
     fact = next(r for r in store.user_records("u") if r.kind == "fact")
     store.reinforce("u", [fact.id])
     store.reinforce("u", [fact.id])
-    store._ledgers.pop("u")  # what a delete or a repair does
+    store.drop_ledger("u")  # what a delete or a repair does
     assert store.ledger("u").reinforce(fact.id) == fact.mention_count + 3
 
 
@@ -1105,18 +1107,18 @@ def test_a_log_left_in_small_fragments_is_compacted_in_the_background_when_opene
 def test_fragments_a_compaction_could_not_merge_do_not_call_for_another_at_start(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemoplan.storage.log.table import LanceLog
+    from mnemoplan.storage.log.maintenance import Maintenance
     from mnemoplan.storage.store import FRAGMENTS_TO_COMPACT
 
     say(service, "u", "s", ("Ann", "a note about the garden"))
     store = service.store
     stuck = FRAGMENTS_TO_COMPACT * 3  # as many as a large log keeps through every compaction
-    monkeypatch.setattr(LanceLog, "small_fragments", lambda self: stuck)
+    monkeypatch.setattr(Maintenance, "small_fragments", lambda self: stuck)
     assert store.log.fragments_to_compact() == stuck  # never maintained: all of them count
     store.maintain()
     assert store.log.fragments_to_compact() == 0
     assert not store.maintain_if_fragmented()
-    monkeypatch.setattr(LanceLog, "small_fragments", lambda self: stuck + FRAGMENTS_TO_COMPACT)
+    monkeypatch.setattr(Maintenance, "small_fragments", lambda self: stuck + FRAGMENTS_TO_COMPACT)
     assert store.maintain_if_fragmented()  # new ones did pile up since
 
 
@@ -1133,11 +1135,11 @@ def test_a_job_refused_by_a_shut_down_writer_does_not_block_later_flushes(servic
 def test_access_and_mention_counts_land_in_one_merge_whatever_their_spread(service: MemoryService) -> None:
     log = service.store.log
     ids = say(service, "u", "s", *[("Ann", f"turn number {i} of the story") for i in range(5)])
-    version = log._table.version
+    version = log.tables.records.version
     log.add_accesses({rid: i + 1 for i, rid in enumerate(ids)} | {"gone": 3}, datetime.now(UTC))
     log.add_accesses({ids[0]: 10}, datetime.now(UTC))
     log.set_mention_counts({ids[1]: 4, ids[2]: 9, "gone": 2})
-    assert log._table.version == version + 3  # one commit per flush, not one per distinct count
+    assert log.tables.records.version == version + 3  # one commit per flush, not one per distinct count
     got = log.get("u", ids)
     assert [got[rid].access_count for rid in ids] == [11, 2, 3, 4, 5]
     assert [got[rid].mention_count for rid in ids[1:3]] == [4, 9]

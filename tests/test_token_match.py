@@ -114,7 +114,7 @@ def test_tokens_written_while_a_user_is_held_are_found_at_once(service: MemorySe
 def test_a_log_written_before_token_vectors_gains_the_column_and_works(tmp_path: Path) -> None:
     svc = make_service(tmp_path)
     say(svc, "u", "s", ("Ann", "the canoe is green"))
-    svc.store.log._table.drop_columns(["tokens"])  # the older schema
+    svc.store.log.tables.records.drop_columns(["tokens"])  # the older schema
     svc.close()
     svc = make_service(tmp_path)
     try:
@@ -134,7 +134,7 @@ def test_a_log_written_before_token_vectors_gains_the_column_and_works(tmp_path:
 def test_reindex_gives_token_vectors_to_what_was_written_before_them(tmp_path: Path) -> None:
     svc = make_service(tmp_path)
     say(svc, "u", "s", ("Ann", "the canoe is green"))
-    svc.store.log._table.drop_columns(["tokens"])
+    svc.store.log.tables.records.drop_columns(["tokens"])
     svc.close()
     done = subprocess.run([sys.executable, "-m", "mnemoplan", "reindex"], capture_output=True, text=True,
                           env=server_env(tmp_path), timeout=300, check=True)  # fmt: skip
@@ -179,7 +179,7 @@ def test_completeness_is_counted_once_per_change_and_follows_every_write(
 ) -> None:
     svc = make_service(tmp_path)
     say(svc, "u", "s", ("Ann", "the canoe is green"))
-    svc.store.log._table.drop_columns(["tokens"])  # what was written before token vectors
+    svc.store.log.tables.records.drop_columns(["tokens"])  # what was written before token vectors
     svc.close()
     svc = make_service(tmp_path)
     index = svc.registry.get("token_match")
@@ -206,8 +206,9 @@ def test_a_user_found_too_large_is_not_read_again_until_their_memories_shrink(
         say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
         assert _token_hits(service, "kayak") == [] and log.token_cache.too_large("u")
         reads: list[str] = []
-        search = log._table.search
-        monkeypatch.setattr(log._table, "search", lambda *a, **k: reads.append("read") or search(*a, **k))
+        search = log.tables.records.search
+        table = log.tables.records
+        monkeypatch.setattr(table, "search", lambda *a, **k: reads.append("read") or search(*a, **k))
         assert _token_hits(service, "kayak") == [] and not reads  # known too large: the log is not read
         say(service, "u", "s", ("Ann", "a third boat"))
         assert _token_hits(service, "kayak") == [] and not reads  # an append only makes them larger

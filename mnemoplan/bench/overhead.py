@@ -20,7 +20,7 @@ from mnemoplan.search.base import Hit, LazyVector, SearchIndex, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.planner.fusion import fuse
-from mnemoplan.planner.recall import Scope
+from mnemoplan.model.scope import Scope
 
 if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
     import numpy as np

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import sys
 import tempfile
@@ -60,6 +59,10 @@ def peak_rss_mb(service: MemoryService | None = None) -> float:
     """Peak resident memory of this process, plus that of the service's graph process (read
     before the service closes). An upper bound: the two peaks need not come at the same time."""
     graph = service.store.graph.peak_rss_mb() if service is not None else None
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return graph or 0.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + (graph or 0.0)
 
 

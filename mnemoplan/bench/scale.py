@@ -24,8 +24,8 @@ from mnemoplan.bench.datasets import Dataset, Turn, load_locomo
 from mnemoplan.bench.metrics import latency_summary
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.runner import machine, peak_rss_mb
-from mnemoplan.storage.log.table import sql_str
 from mnemoplan.model import MessageIn
+from mnemoplan.model.scope import RecordFilter
 from mnemoplan.runtime import configure
 
 if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
@@ -67,7 +67,7 @@ def message_of(turn: Turn, r: int) -> MessageIn:
 
 def stored_messages(service: MemoryService) -> int:
     """Message records (not derived memories) the user ``scale`` holds."""
-    return service.store.log.count(f"user_id = {sql_str(USER)} AND kind = 'message'")
+    return service.store.log.count(RecordFilter(USER, kinds=("message",)))
 
 
 def build_store(service: MemoryService, dataset: Dataset, n: int, have: int) -> dict[str, Any]:
@@ -151,7 +151,7 @@ def time_recall(service: MemoryService, queries: list[str], limit: int) -> dict[
 def store_facts(service: MemoryService, data_dir: Path) -> dict[str, Any]:
     """Rows, on-disk size and the vector search path of the store as timed."""
     log = service.store.log
-    user_rows = log.count(f"user_id = {sql_str(USER)}")
+    user_rows = log.count(RecordFilter(USER))
     cache_max = log.vector_cache.max_user_rows
     table = getattr(log, "_table", None)  # the log exposes no index listing; read-only look
     indices = sorted(idx.name for idx in table.list_indices()) if table is not None else []

@@ -30,7 +30,7 @@ from mnemoplan.extract.session_text import (
 )
 from mnemoplan.extract.session_topics import entities_of, topics_of
 
-__all__ = ["DEFAULT_STOPWORDS", "EpisodeSummary", "SessionTurn", "forget_cached", "summarize_session"]
+__all__ = ["DEFAULT_STOPWORDS", "EpisodeSummary", "SessionTurn", "SentenceCache", "summarize_session"]
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
            "October", "November", "December")  # fmt: skip
@@ -65,25 +65,33 @@ class EpisodeSummary:
     source_indexes: tuple[int, ...]
 
 
-# A session is summarised again every few messages, from all of its turns: reading each sentence
-# once, not at every summary, keeps a long session's summaries from growing with it (at 2,000
-# turns, three quarters of a summary's time was these). Tokens are never changed once made.
-# The caches hold what people said: a forget empties them (``forget_cached``).
 _SENTENCE_CACHE = 16_384
 
 
-def forget_cached() -> None:
-    """Drop every sentence read so far (a forget leaves no copy of what it deleted)."""
-    _tokenize.cache_clear()
-    _mentions.cache_clear()
+class SentenceCache:
+    """What summaries read of each sentence: its tokens, and the names and times it mentions.
+
+    A session is summarised again every few messages, from all of its turns: reading each
+    sentence once, not at every summary, keeps a long session's summaries from growing with it
+    (reading them again was most of a summary's time). Tokens are never changed once made. The
+    cache holds what people said: its owner empties it when a forget deletes records
+    (``forget``), so no copy of what was deleted stays.
+
+    Args:
+        size: Sentences kept in each of its two caches.
+    """
+
+    def __init__(self, size: int = _SENTENCE_CACHE) -> None:
+        self.tokenize = functools.lru_cache(maxsize=size)(tokenize)
+        self.mentions = functools.lru_cache(maxsize=size)(_mentions)
+
+    def forget(self, user_id: str) -> None:
+        """Drop every sentence read so far, after a forget of ``user_id``'s records (the cache
+        does not know who said what, so everyone's go)."""
+        self.tokenize.cache_clear()
+        self.mentions.cache_clear()
 
 
-@functools.lru_cache(maxsize=_SENTENCE_CACHE)
-def _tokenize(sentence: str, stopwords: frozenset[str]) -> tuple[Token, ...]:
-    return tokenize(sentence, stopwords)
-
-
-@functools.lru_cache(maxsize=_SENTENCE_CACHE)
 def _mentions(text: str) -> tuple[tuple[str, ...], bool]:
     """The keys of the names a sentence mentions, and whether it mentions a time."""
     return tuple(k for k, _ in extract_names(text)), mentions_time(text)
@@ -115,7 +123,7 @@ def _header(n_turns: int, participants: list[str], start: datetime, end: datetim
     return f"Session of {_format_span(start, end)} ({inside})."
 
 
-def _sentences(turns: list[SessionTurn], stopwords: frozenset[str]) -> list[Sentence]:
+def _sentences(turns: list[SessionTurn], stopwords: frozenset[str], cache: SentenceCache) -> list[Sentence]:
     out: list[Sentence] = []
     for index, turn in enumerate(turns):
         speaker, text = clean(turn.speaker or ""), clean(turn.text or "")
@@ -123,7 +131,7 @@ def _sentences(turns: list[SessionTurn], stopwords: frozenset[str]) -> list[Sent
             # An image caption describes what was shared; it is not something anyone said.
             if not sentence or _IMAGE.match(sentence):
                 continue
-            tokens = _tokenize(sentence, stopwords)
+            tokens = cache.tokenize(sentence, stopwords)
             stems = tuple(dict.fromkeys(t.stem for t in tokens if t.content))
             out.append(Sentence(index, position, speaker, sentence, tokens, stems))
     return out
@@ -136,6 +144,7 @@ def summarize_session(
     max_chars: int = 900,
     stopwords: frozenset[str] | None = None,
     position: int = 0,
+    sentences: SentenceCache | None = None,
 ) -> EpisodeSummary:
     """Summarise one conversation session extractively: header, topics and key sentences.
 
@@ -153,6 +162,8 @@ def summarize_session(
         stopwords: words never counted as content, used instead of ``DEFAULT_STOPWORDS``.
         position: the place in the session of the first turn, when ``turns`` are a later
             stretch of a long session (the header then says which messages they are).
+        sentences: what earlier summaries read of each sentence (by default, nothing is kept
+            past this call).
 
     Returns:
         The summary, with the key sentences' turn indexes and the session's time span.
@@ -179,10 +190,11 @@ def summarize_session(
     stop = stop | {w for p in participants for w in p.lower().split()}
     stop |= {a for a in aliases if is_alias(a, keys)}
 
-    sentences = _sentences(turns, stop)
-    weights, df = weights_of(sentences)
-    topics = topics_of(sentences, weights, df)
-    entities = entities_of(sentences, participants, stop)
+    cache = sentences if sentences is not None else SentenceCache()
+    sentences_read = _sentences(turns, stop, cache)
+    weights, df = weights_of(sentences_read)
+    topics = topics_of(sentences_read, weights, df)
+    entities = entities_of(sentences_read, participants, stop)
 
     text = _header(len(turns), participants, start, end, position)
     shown_topics = list(topics)
@@ -191,11 +203,11 @@ def summarize_session(
     if shown_topics:
         text += f" Topics: {', '.join(shown_topics)}."
 
-    candidates = [s for s in sentences if is_candidate(s, strict=True)]
+    candidates = [s for s in sentences_read if is_candidate(s, strict=True)]
     if not candidates:  # a session of only chit-chat: better a weak point than none
-        candidates = [s for s in sentences if is_candidate(s, strict=False)]
+        candidates = [s for s in sentences_read if is_candidate(s, strict=False)]
     for s in candidates:
-        s.score = score(s, weights, keys, _mentions(s.text))
+        s.score = score(s, weights, keys, cache.mentions(s.text))
     per_turn = 1 if len(turns) >= max_sentences else 2
     budget = max_chars - len(text) - len(" Key points: ")
     chosen = select(candidates, max_sentences=max(max_sentences, 0), per_turn=per_turn, budget=budget)

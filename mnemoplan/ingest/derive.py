@@ -14,14 +14,14 @@ from datetime import datetime
 
 import numpy as np
 
-from mnemoplan.extract.facts import HEDGED_CONFIDENCE, SLOTS, FactCandidate
+from mnemoplan.extract.facts import SLOTS, FactCandidate
 from mnemoplan.extract.lexicon import conjugate
 from mnemoplan.extract.summary import EpisodeSummary
 from mnemoplan.model import EntityMention, Record
+from mnemoplan.storage.ledger import SUMMARIZER, KnownFact, is_hedged
 
 FACT_IMPORTANCE = 0.7
 EPISODE_IMPORTANCE = 0.6
-SUMMARIZER = "extractive"  # the metadata that marks a session summary the write path made
 
 
 def _digest(*parts: str) -> str:
@@ -104,20 +104,6 @@ FUNCTIONAL_PREDICATES = frozenset({"lives in", "works at", "works as", "is from"
 
 
 @dataclass(frozen=True)
-class KnownFact:
-    """What fact updates need to know of a stored fact."""
-
-    id: str
-    subject_key: str
-    predicate: str
-    object: str
-    negated: bool
-    vector: np.ndarray
-    mentions: int = 1
-    hedged: bool = False
-
-
-@dataclass(frozen=True)
 class FactDecision:
     """What to do with a new fact: store it, or reinforce an old one; maybe supersede or contradict one."""
 
@@ -125,13 +111,6 @@ class FactDecision:
     reinforce: str = ""
     supersede: tuple[str, ...] = ()
     contradicts: str = ""
-
-
-def is_hedged(meta: dict) -> bool:
-    """Whether a fact was said unsure. Facts stored before they said so, and an LLM's, which
-    never say: as unsure as a hedge counts as one."""
-    confidence = meta.get("confidence", 1.0)
-    return bool(meta.get("hedged", isinstance(confidence, int | float) and confidence <= HEDGED_CONFIDENCE))
 
 
 def base_predicate(predicate: str) -> str:

@@ -24,15 +24,15 @@ from mnemoplan.errors import Unavailable
 from mnemoplan.extract.facts import extract_facts
 from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.sentences import split_sentences
-from mnemoplan.extract.summary import SessionTurn, summarize_session
+from mnemoplan.extract.summary import SentenceCache, SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.ingest.derive import decide, episode_record, fact_record
 from mnemoplan.inference.embedder import TokenVectors
-from mnemoplan.storage.log.table import LACKS_TOKENS, sql_in, sql_str
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.inference.token_vectors import projection
 from mnemoplan.storage.log.token_cache import pack_many
 from mnemoplan.model import Record
+from mnemoplan.model.scope import RecordFilter
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +108,21 @@ class Ingestor:
         embed_with_tokens: Embeds a batch of texts and gives their token vectors from the same
             pass, projected by ``token_vectors.projection`` (``SentenceEmbedder.embed_with_tokens``);
             with it, each record's tokens are stored for the ``token_match`` index.
+        sentences: What session summaries read of each sentence, kept between summaries. Whoever
+            passes it must have the store's deletes empty it (``MemoryStore(forgotten=...)``);
+            without it, nothing is kept past one summary.
     """
 
     def __init__(
         self, store: MemoryStore, embed: Callable[[list[str]], np.ndarray], config: IngestConfig | None = None,
         embed_with_tokens: Callable[..., tuple[np.ndarray, list[TokenVectors]]] | None = None,
+        sentences: SentenceCache | None = None,
     ) -> None:  # fmt: skip
         self.store = store
         self.embed = embed
         self.config = config or IngestConfig()
         self.embed_with_tokens = embed_with_tokens
+        self.sentences = sentences
 
     def embed_records(
         self, records: list[Record], progress: Progress | None = None
@@ -343,8 +348,7 @@ class Ingestor:
         (done, total) in records."""
         if self.embed_with_tokens is None:
             return 0
-        where = f"user_id = {sql_str(user_id)} AND {LACKS_TOKENS}"
-        missing = sorted(self.store.log.records(where), key=lambda r: r.seq)
+        missing = sorted(self.store.log.records_lacking_tokens(user_id), key=lambda r: r.seq)
         done = 0
         for start in range(0, len(missing), batch):
             part = missing[start : start + batch]
@@ -382,8 +386,7 @@ class Ingestor:
         wanted = sorted(set(ids))
         if not wanted:
             return
-        stored = {r["id"] for r in self.store.log.select(
-            f"user_id = {sql_str(user_id)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+        stored = set(self.store.log.ids(RecordFilter(user_id, ids=tuple(wanted))))
         if len(stored) < len(wanted):
             raise SourcesGone(set(wanted) - stored)
 
@@ -426,5 +429,6 @@ class Ingestor:
             messages = [known[rid] for rid in stretch if rid in known]
             if messages:
                 turns = [SessionTurn(m.speaker, m.text, m.occurred_at) for m in messages]
-                episodes.append(episode_record(messages, summarize_session(turns, position=position), now))
+                summary = summarize_session(turns, position=position, sentences=self.sentences)
+                episodes.append(episode_record(messages, summary, now))
         return episodes, replaced

@@ -27,6 +27,7 @@ from mnemoplan.model import (
     RecordHead,
     SignalStat,
 )
+from mnemoplan.model.scope import Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
 from mnemoplan.planner.deterministic import recall_plan
 from mnemoplan.planner.executor import PlanExecutor, StepResult
@@ -67,24 +68,6 @@ class RecallConfig:
     weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     candidate_pool: int = 120
     token_budget: int = 1_200
-
-
-@dataclass
-class Scope:
-    """Who is asking and which records they may see."""
-
-    user_id: str
-    project_id: str = ""
-    after: datetime | None = None
-    before: datetime | None = None
-
-    def admits(self, rec: Record | RecordHead) -> bool:
-        """True if a record passes the caller's hard filters."""
-        if self.project_id and rec.project_id != self.project_id:
-            return False
-        if self.after and rec.occurred_at < self.after:
-            return False
-        return not (self.before and rec.occurred_at >= self.before)
 
 
 def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryItem:

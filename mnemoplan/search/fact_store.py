@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from mnemoplan.extract.names import entity_key
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, query_param, top_k_param
-from mnemoplan.storage.log.table import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 
 
 class FactStoreIndex(SearchIndex):
@@ -34,17 +35,15 @@ class FactStoreIndex(SearchIndex):
         self._log = log
 
     def available(self, user_id: str) -> bool:
-        return self._log.count(f"user_id = {sql_str(user_id)} AND kind = 'fact'") > 0
+        return self._log.count(RecordFilter(user_id, kinds=("fact",))) > 0
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query
         top_k = int(self.param(req, "top_k"))
         subject = entity_key(self.param(req, "subject") or "")
         history = bool(self.param(req, "include_superseded"))
-        found = self._log.vector_search(
-            req.user_id, req.vector(text), top_k * 3, kinds=["fact"], project_id=req.project_id or None,
-            after=req.after, before=req.before,
-        )  # fmt: skip
+        where = RecordFilter(req.user_id, req.project_id, req.after, req.before, kinds=("fact",))
+        found = self._log.vector_search(where, req.vector(text), top_k * 3)
         records = self._log.get(req.user_id, [rid for rid, _ in found])
         hits = []
         for rid, sim in found:

@@ -9,9 +9,10 @@ import numpy as np
 
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, query_param
 from mnemoplan.storage.bm25 import BM25Index
-from mnemoplan.storage.log.table import LanceLog, sql_str
-from mnemoplan.storage.log.vector_cache import KIND_CODES
 from mnemoplan.model import IndexDescriptor, ParamSpec
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.schema import KIND_CODES
+from mnemoplan.storage.log.table import LanceLog
 
 _POOL = 400  # candidate turns when a user is too large to score in memory
 _EPISODES = 200  # summaries scored at level one
@@ -45,7 +46,7 @@ class HierarchicalIndex(SearchIndex):
         self._bm25 = bm25
 
     def available(self, user_id: str) -> bool:
-        return self._log.count(f"user_id = {sql_str(user_id)} AND session_id != ''") > 0
+        return self._log.count(RecordFilter(user_id, in_session=True)) > 0
 
     def _turns(self, req: SearchRequest, vector: np.ndarray) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
         """Message ids, their similarity to the query, their sessions and their order."""
@@ -56,7 +57,8 @@ class HierarchicalIndex(SearchIndex):
                 rows = rows[view.projects[rows] == req.project_id]
             sims = view.matrix[rows] @ vector
             return [view.ids[i] for i in rows], sims, list(view.sessions[rows]), view.seqs[rows]
-        found = self._log.vector_search(req.user_id, vector, _POOL, kinds=["message"], project_id=req.project_id or None)
+        messages = RecordFilter(req.user_id, req.project_id, kinds=("message",))
+        found = self._log.vector_search(messages, vector, _POOL)
         records = self._log.get(req.user_id, [rid for rid, _ in found])
         kept = [(rid, sim) for rid, sim in found if rid in records and records[rid].session_id]
         return (
@@ -70,7 +72,7 @@ class HierarchicalIndex(SearchIndex):
         """Session -> relevance of its best episode summary by meaning plus its best by keywords
         (each in [0, 1]; a long session has a summary per stretch)."""
         # Room for a session summarised in many stretches (one per 100 messages) beside the others.
-        episodes = self._log.vector_search(req.user_id, vector, _EPISODES, kinds=["episode"])
+        episodes = self._log.vector_search(RecordFilter(req.user_id, kinds=("episode",)), vector, _EPISODES)
         lexical = self._bm25.search(req.user_id, text, _EPISODES, kinds=["episode"])
         ids = list(dict.fromkeys([rid for rid, _ in episodes] + [rid for rid, _ in lexical]))
         records = self._log.get(req.user_id, ids)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
-from mnemoplan.storage.log.table import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 
 QUERY_PARAMS = [
     query_param("Text to embed"),
@@ -35,13 +36,13 @@ class SemanticIndex(SearchIndex):
         self._log = log
 
     def available(self, user_id: str) -> bool:
-        return self._log.count(f"user_id = {sql_str(user_id)}") > 0
+        return self._log.count(RecordFilter(user_id)) > 0
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query
         floor = float(self.param(req, "min_similarity"))
-        rows = self._log.vector_search(  # the query is embedded once the user's vectors are loaded
-            req.user_id, lambda: req.vector(text), int(self.param(req, "top_k")), kinds=self.param(req, "kinds"),
-            project_id=req.project_id or None, after=req.after, before=req.before,
-        )  # fmt: skip
+        kinds = tuple(self.param(req, "kinds") or ())
+        where = RecordFilter(req.user_id, req.project_id, req.after, req.before, kinds=kinds)
+        # The query is embedded once the user's vectors are loaded.
+        rows = self._log.vector_search(where, lambda: req.vector(text), int(self.param(req, "top_k")))
         return [Hit(rid, sim, self.name) for rid, sim in rows if sim >= floor]

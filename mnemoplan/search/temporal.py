@@ -6,8 +6,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, top_k_param
-from mnemoplan.storage.log.table import LanceLog, sql_in, sql_str, sql_ts
 from mnemoplan.model import IndexDescriptor, ParamSpec
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 
 
 class TemporalIndex(SearchIndex):
@@ -40,7 +41,7 @@ class TemporalIndex(SearchIndex):
         self._log = log
 
     def available(self, user_id: str) -> bool:
-        return self._log.count(f"user_id = {sql_str(user_id)}") > 0
+        return self._log.count(RecordFilter(user_id)) > 0
 
     def window(self, req: SearchRequest) -> tuple[datetime | None, datetime | None]:
         """The window a step asks for: explicit, relative to an anchor event, else the analyzer's."""
@@ -79,19 +80,11 @@ class TemporalIndex(SearchIndex):
             req = replace(req, upstream=[])  # the upstream was the anchor, not a set to narrow
         if start is None and end is None and not (dated_only and req.upstream):
             return []
-        said, event = [], ["event_start IS NOT NULL"]
-        if start is not None:
-            said.append(f"occurred_at >= {sql_ts(start)}")
-            event.append(f"event_end > {sql_ts(start)}")
-        if end is not None:
-            said.append(f"occurred_at < {sql_ts(end)}")
-            event.append(f"event_start < {sql_ts(end)}")
-        said_q = " AND ".join(said) if said and not dated_only else "FALSE"
-        where = f"user_id = {sql_str(req.user_id)} AND (({' AND '.join(event)}) OR ({said_q}))"
-        if req.project_id:
-            where += f" AND project_id = {sql_str(req.project_id)}"
-        if req.upstream:  # narrow the records earlier steps found
-            where += f" AND {sql_in('id', list(dict.fromkeys(h.id for h in req.upstream)))}"
+        where = RecordFilter(
+            req.user_id, req.project_id, start, end, time_of="event" if dated_only else "said_or_event",
+            # narrow the records earlier steps found
+            ids=tuple(dict.fromkeys(h.id for h in req.upstream)) if req.upstream else None,
+        )
         rows = self._log.select(where, ["id", "event_start", "seq"], int(self.param(req, "top_k")) * 4)
         hits = [Hit(r["id"], 1.0 if r["event_start"] is not None else 0.6, self.name) for r in rows]
         order = {r["id"]: r["seq"] for r in rows}

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
 from mnemoplan.inference.embedder import TokenVectors
-from mnemoplan.storage.log.table import LACKS_TOKENS, LanceLog, sql_str
 from mnemoplan.inference.token_vectors import project, token_weights
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 QUERY_PARAMS = [
@@ -61,27 +63,29 @@ class TokenMatchIndex(SearchIndex):
         self._log = log
         self._query_tokens = query_tokens
         self._word_idf = word_idf
-        self._counts: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}  # (user, where) -> (generation, n)
+        # (user, what is counted) -> (generation, n)
+        self._counts: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
 
-    def _count(self, user_id: str, where: str) -> int:
+    def _count(self, user_id: str, what: Literal["with", "lacking"]) -> int:
         """A count of the user's rows in the log, read again only after a change to their rows
         (every write, delete and backfill bumps the token cache's generation): each count is a
         LanceDB query of ~1-3 ms, asked on every deep search and every description of the index."""
         stamp = self._log.token_cache.generation(user_id)
-        known = self._counts.get((user_id, where))
+        known = self._counts.get((user_id, what))
         if known is not None and known[0] == stamp:
             return known[1]
-        n = self._log.count(f"user_id = {sql_str(user_id)} AND {where}")
-        self._counts[(user_id, where)] = (stamp, n)
+        log = self._log
+        n = log.count_with_tokens(user_id) if what == "with" else log.count_lacking_tokens(user_id)
+        self._counts[(user_id, what)] = (stamp, n)
         return n
 
     def available(self, user_id: str) -> bool:
-        return self._count(user_id, "tokens IS NOT NULL") > 0
+        return self._count(user_id, "with") > 0
 
     def complete(self, user_id: str) -> bool:
         """Whether every memory of the user this index can hold has its token vectors (none was
         written before them and left without by ``mnemoplan reindex``)."""
-        return self._count(user_id, LACKS_TOKENS) == 0
+        return self._count(user_id, "lacking") == 0
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query
@@ -96,11 +100,12 @@ class TokenMatchIndex(SearchIndex):
             return []
         query = project(q.vectors)
         weights = token_weights(text, q.words, lambda words: self._word_idf(req.user_id, words))
-        kinds = self.param(req, "kinds")
+        kinds = tuple(self.param(req, "kinds") or ())
+        where = RecordFilter(req.user_id, req.project_id, req.after, req.before, kinds=kinds)
         ids: list[str] = []
         scores: list[np.ndarray] = []
         for block in itertools.chain([first], blocks):  # one block at a time: a scanned user is never whole
-            keep = np.flatnonzero(block.mask(kinds, req.project_id or None, req.after, req.before))
+            keep = np.flatnonzero(block.mask(where))
             if keep.size:
                 match = block.match(query, weights)[keep]
                 best = np.argsort(-match, kind="stable")[:top_k]

@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, top_k_param
-from mnemoplan.storage.log.table import LanceLog, sql_str
 from mnemoplan.model import IndexDescriptor, ParamSpec
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 
 
 class WorkingMemoryIndex(SearchIndex):
@@ -35,7 +36,7 @@ class WorkingMemoryIndex(SearchIndex):
         self._log = log
 
     def available(self, user_id: str) -> bool:
-        return self._log.count(f"user_id = {sql_str(user_id)}") > 0
+        return self._log.count(RecordFilter(user_id)) > 0
 
     def search(self, req: SearchRequest) -> list[Hit]:
         top_k = int(self.param(req, "top_k"))
@@ -48,7 +49,7 @@ class WorkingMemoryIndex(SearchIndex):
             ids = [view.ids[i] for i in order]
             sims = view.matrix[order] @ req.vector(req.query) if float(self.param(req, "query_weight")) > 0 else None
         else:
-            where = f"user_id = {sql_str(req.user_id)}" + (f" AND session_id = {sql_str(session)}" if session else "")
+            where = RecordFilter(req.user_id, session_id=session or None)
             rows_ = sorted(self._log.select(where, ["id", "seq"]), key=lambda r: -r["seq"])[:top_k]
             ids = [r["id"] for r in rows_]
             sims = None

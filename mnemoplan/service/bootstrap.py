@@ -8,6 +8,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from mnemoplan.config import Settings
+from mnemoplan.extract.summary import SentenceCache
 from mnemoplan.extract.times import warm_up as warm_up_dates
 from mnemoplan.storage.bm25 import BM25Index
 from mnemoplan.inference.embedder import EmbeddingModel, TokenEncoder, embedding_model
@@ -95,9 +96,11 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
     """
     embedding = embedding or settings_embedding(settings)
     embedder, tokens = embedding.embedder, embedding.tokens
+    sentences = SentenceCache()  # the write path's; every delete empties it
     store = MemoryStore(
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
+        forgotten=[sentences.forget],
     )  # fmt: skip
     if store.read_only:
         log.warning("the data directory %s cannot be written to: serving reads only until it can",
@@ -142,7 +145,8 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         llm = replace(llm, reranker=token_reranker(settings, tokens, store.bm25, registry))
     deep = DeepSearch(recall, deep_config(settings), llm)
     ingestor = Ingestor(
-        store, embedder.embed, embed_with_tokens=tokens.embed_with_tokens if tokens is not None else None
+        store, embedder.embed, embed_with_tokens=tokens.embed_with_tokens if tokens is not None else None,
+        sentences=sentences,
     )
     extraction = None
     if client is not None and not store.read_only:

@@ -20,10 +20,10 @@ from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, stora
 from mnemoplan.inference.embedder import Embedder
 from mnemoplan.ingest.background import BackgroundExtraction
 from mnemoplan.ingest.pipeline import Ingestor, NewMemory, Progress
-from mnemoplan.storage.log.table import sql_in, sql_str
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.service.search_log import SearchLog
-from mnemoplan.storage.store import MemoryStore, can_write
+from mnemoplan.storage.lock import can_write
+from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
@@ -40,8 +40,9 @@ from mnemoplan.model import (
     check_scope,
     check_text,
 )
+from mnemoplan.model.scope import RecordFilter, Scope
 from mnemoplan.planner.deep import DeepSearch
-from mnemoplan.planner.recall import RecallPipeline, Scope
+from mnemoplan.planner.recall import RecallPipeline
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -389,8 +390,7 @@ class MemoryService:
             if len(ids) > self.limits.max_forget_ids:
                 raise TooLarge(f"{len(ids)} ids in one call; the limit is {self.limits.max_forget_ids}.")
             wanted = check_record_ids(ids)
-            found = {r["id"] for r in self.store.log.select(
-                f"user_id = {sql_str(user)} AND {sql_in('id', wanted)}", ["id"])}  # fmt: skip
+            found = set(self.store.log.ids(RecordFilter(user, ids=tuple(wanted))))
             unfinished = self.store.unfinished_ids(user)
             unknown = [rid for rid in wanted if rid not in found and rid not in unfinished]
             if unknown:
@@ -407,9 +407,11 @@ class MemoryService:
             label = "user"
         elif scope in ("project", "session"):
             value = check_scope(project_id if scope == "project" else session_id, what=f"{scope}_id", required=True)
-            column = "project_id" if scope == "project" else "session_id"
-            rows = self.store.log.select(f"user_id = {sql_str(user)} AND {column} = {sql_str(value)}", ["id"])
-            report = self.store.delete(user, [r["id"] for r in rows])
+            if scope == "project":
+                where = RecordFilter(user, project_id=value)
+            else:
+                where = RecordFilter(user, session_id=value)
+            report = self.store.delete(user, self.store.log.ids(where))
             label = scope
         else:
             raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC
+from typing import Protocol
 
 import numpy as np
 
@@ -86,6 +87,20 @@ class KeyHasher:
     def user(self) -> str:
         """The user's own key."""
         return self("user", "")
+
+
+class SaltSource(Protocol):
+    """Where users' salts are kept (the log)."""
+
+    def user_salt(self, user_id: str, *, create: bool = True) -> bytes | None:
+        """The user's salt (made now when ``create`` is set and the user has none; else None)."""
+        ...
+
+
+def user_keys(salts: SaltSource, user_id: str, *, create: bool = True) -> KeyHasher | None:
+    """The keyed hasher of a user's graph names (None if the user has no salt and ``create`` is not set)."""
+    salt = salts.user_salt(user_id, create=create)
+    return KeyHasher(salt) if salt is not None else None
 
 
 def graph_record(rec: Record, keys: KeyHasher) -> GraphRecord:

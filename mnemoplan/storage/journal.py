@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 
 @dataclass
@@ -26,7 +26,8 @@ class Intent:
     user_id: str
     ids: list[str] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # What the write needs once its rows are gone: a delete's links ({"prev": {id: id}, ...}).
+    extra: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class WriteJournal:

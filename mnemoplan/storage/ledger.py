@@ -14,12 +14,35 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from mnemoplan.extract.facts import HEDGED_CONFIDENCE
 from mnemoplan.extract.names import entity_key
-from mnemoplan.ingest.derive import SUMMARIZER, KnownFact, is_hedged
-from mnemoplan.storage.log.table import LanceLog, sql_str
 from mnemoplan.model import Record
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.table import LanceLog
 
+SUMMARIZER = "extractive"  # the metadata that marks a session summary the write path made
 _COLUMNS = ["id", "content_hash", "source_id", "session_id", "seq", "kind", "metadata", "superseded_by", "mention_count"]
+
+
+@dataclass(frozen=True)
+class KnownFact:
+    """What fact updates need to know of a stored fact."""
+
+    id: str
+    subject_key: str
+    predicate: str
+    object: str
+    negated: bool
+    vector: np.ndarray
+    mentions: int = 1
+    hedged: bool = False
+
+
+def is_hedged(meta: dict) -> bool:
+    """Whether a fact was said unsure. Facts stored before they said so, and an LLM's, which
+    never say: as unsure as a hedge counts as one."""
+    confidence = meta.get("confidence", 1.0)
+    return bool(meta.get("hedged", isinstance(confidence, int | float) and confidence <= HEDGED_CONFIDENCE))
 
 
 @dataclass(frozen=True)
@@ -55,7 +78,7 @@ class UserLedger:
         Column by column: a dict per row cost ~0.4 s at 100k records, and this load comes on a
         user's first write and the first after each forget."""
         ledger = cls()
-        cols = log.columns(f"user_id = {sql_str(user_id)}", _COLUMNS)
+        cols = log.columns(RecordFilter(user_id), _COLUMNS)
         ids, kinds, sessions = cols["id"], cols["kind"], cols["session_id"]
         ledger.by_hash = dict(zip(cols["content_hash"], ids, strict=True))
         ledger.by_source = {(session, source): rid for rid, session, source

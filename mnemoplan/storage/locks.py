@@ -49,3 +49,22 @@ class KeyedLocks:
     def __len__(self) -> int:
         with self._guard:
             return len(self._entries)
+
+
+@dataclass
+class StoreLocks:
+    """The locks the store's parts share, taken in this order when more than one is: a user's
+    (``users``), then ``maintenance``, then ``write``.
+
+    Attributes:
+        users: One lock per user with a write or a delete under way or waiting.
+        maintenance: Held by a maintenance run (a minute, building the vector index at 100k
+            records) and by the end of a purge, which must not run beside one.
+        write: Held while the log and the overlays' queue change together.
+        closed: Set, under ``maintenance``, once the store began to close: nothing may start then.
+    """
+
+    users: KeyedLocks = field(default_factory=KeyedLocks)
+    maintenance: threading.Lock = field(default_factory=threading.Lock)
+    write: threading.RLock = field(default_factory=threading.RLock)
+    closed: bool = False

@@ -16,12 +16,13 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
 
 import numpy as np
 
 from mnemoplan.inference.token_vectors import DIM, project
-from mnemoplan.storage.log.vector_cache import UserCache, passing
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.filters import mask
+from mnemoplan.storage.log.vector_cache import UserCache
 
 _MAGIC = b"T1"
 _HEADER = struct.Struct("<2sHH")  # magic, tokens, dimensions
@@ -126,10 +127,13 @@ class TokenBlock:
             lo = hi
         return out
 
-    def mask(self, kinds: list[str] | None, project_id: str | None, after: datetime | None,
-             before: datetime | None) -> np.ndarray:  # fmt: skip
-        """Which memories pass the filters."""
-        return passing(self.kinds, self.projects, self.occurred, kinds, project_id, after, before)
+    def mask(self, where: RecordFilter) -> np.ndarray:
+        """Which memories pass the filter (of kinds, project and time: the columns a block holds).
+
+        Raises:
+            ValueError: The filter has a condition a block cannot answer (``filters.mask``).
+        """
+        return mask(where, kinds=self.kinds, projects=self.projects, occurred=self.occurred)
 
 
 def merge_small(blocks: tuple[TokenBlock, ...], most: int = 8) -> tuple[TokenBlock, ...]:

@@ -10,50 +10,19 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar, get_args
+from typing import Generic, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from mnemoplan.model import Kind, RecordHead, as_utc
+from mnemoplan.model import RecordHead
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.filters import mask
+from mnemoplan.storage.log.schema import EPOCH, MICROSECOND, kind_code_array, micros
 
 Entry = TypeVar("Entry")
-KIND_CODES = {kind: code for code, kind in enumerate(get_args(Kind))}  # small ints: isin on strings is slow
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros(when: datetime) -> int:
-    """Microseconds since the epoch, exactly (``timestamp() * 1e6`` can be a microsecond off)."""
-    return (as_utc(when) - _EPOCH) // _MICROSECOND
-
-
-def kind_code_array(kinds: Any) -> np.ndarray:
-    """The code of each record's kind (-1 for an unknown one), as int8."""
-    return np.asarray([KIND_CODES.get(k, -1) for k in kinds], dtype=np.int8)
-
-
-def kind_codes(kinds: list[str]) -> list[int]:
-    """The codes of some kinds (unknown kinds match nothing)."""
-    return [KIND_CODES[k] for k in kinds if k in KIND_CODES]
-
-
-def passing(
-    kind_column: np.ndarray, projects: np.ndarray, occurred: np.ndarray, kinds: list[str] | None,
-    project_id: str | None, after: datetime | None, before: datetime | None,
-) -> np.ndarray:  # fmt: skip
-    """Which rows pass a search's filters, from their kind codes, projects and times (``micros``)."""
-    mask = np.ones(len(kind_column), dtype=bool)
-    if kinds:
-        mask &= np.isin(kind_column, kind_codes(kinds))
-    if project_id:
-        mask &= projects == project_id
-    if after is not None:
-        mask &= occurred >= micros(after)
-    if before is not None:
-        mask &= occurred < micros(before)
-    return mask
 
 
 class _Buffer:
@@ -108,7 +77,9 @@ class UserVectors:
         return len(self.ids)
 
     @classmethod
-    def build(cls, ids: list[str], matrix: np.ndarray, columns: dict[str, Any]) -> UserVectors:
+    def build(
+        cls, ids: list[str], matrix: np.ndarray, columns: Mapping[str, Sequence[object] | np.ndarray]
+    ) -> UserVectors:
         """Rows from the log's columns: kind, project_id, occurred_at, session_id, seq, prev_id,
         importance and superseded_by, as lists (None for the log's default) or as arrays without
         nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults. And
@@ -116,7 +87,7 @@ class UserVectors:
         default False)."""
         n = len(ids)
 
-        def col(name: str, default: Any, dtype: Any) -> np.ndarray:
+        def col(name: str, default: object, dtype: npt.DTypeLike) -> np.ndarray:
             values = columns.get(name)
             if values is None:
                 return np.full(n, default, dtype=dtype)
@@ -126,7 +97,7 @@ class UserVectors:
 
         occurred = columns.get("occurred_at")
         if not isinstance(occurred, np.ndarray):
-            occurred = [micros(t) for t in (occurred or [_EPOCH] * n)]
+            occurred = [micros(t) for t in (occurred or [EPOCH] * n)]
         matrix = np.asarray(matrix, dtype=np.float32)
         if n:
             matrix = matrix.reshape(n, -1)
@@ -192,7 +163,7 @@ class UserVectors:
             if i is not None:
                 out[rid] = RecordHead(
                     id=rid, project_id=self.projects[i], session_id=self.sessions[i], seq=int(self.seqs[i]),
-                    prev_id=self.prev_ids[i], occurred_at=_EPOCH + int(self.occurred[i]) * _MICROSECOND,
+                    prev_id=self.prev_ids[i], occurred_at=EPOCH + int(self.occurred[i]) * MICROSECOND,
                     importance=float(self.importance[i]), superseded_by=self.superseded[i],
                     asks=bool(self.asks[i]), alone=bool(self.alone[i]),
                 )  # fmt: skip
@@ -219,21 +190,22 @@ class UserVectors:
         return replace(self, superseded=superseded)
 
     def search(
-        self,
-        vector: np.ndarray,
-        k: int,
-        *,
-        kinds: list[str] | None = None,
-        project_id: str | None = None,
-        after: datetime | None = None,
-        before: datetime | None = None,
+        self, vector: np.ndarray, k: int, where: RecordFilter | None = None
     ) -> list[tuple[str, float]]:
-        """The ``k`` most similar rows passing the filters: (id, cosine), best first."""
+        """The ``k`` most similar rows passing the filter (if any): (id, cosine), best first.
+
+        Raises:
+            ValueError: The filter has a condition the rows in memory cannot answer (``filters.mask``).
+        """
         if not self.ids or k <= 0:
             return []
         sims = self.matrix @ np.asarray(vector, dtype=np.float32)
-        mask = passing(self.kinds, self.projects, self.occurred, kinds, project_id, after, before)
-        candidates = np.flatnonzero(mask)
+        if where is None:
+            candidates = np.arange(len(self.ids))
+        else:
+            passing = mask(where, kinds=self.kinds, projects=self.projects, occurred=self.occurred,
+                           sessions=self.sessions, superseded=self.superseded, ids=self.ids)  # fmt: skip
+            candidates = np.flatnonzero(passing)
         if candidates.size == 0:
             return []
         scores = sims[candidates]

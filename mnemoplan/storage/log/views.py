@@ -1,0 +1,147 @@
+"""Users' rows in memory: their search vectors (vector search) and token vectors (token matching).
+
+A user small enough is read once, whole, and searched exactly in memory from then on; a
+larger one is searched in LanceDB (ANN past ``ann_min_rows``). The log keeps both caches in
+step with its writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from mnemoplan.model import RecordHead
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.filters import HAS_TOKENS, of_user, sql
+from mnemoplan.storage.log.schema import (
+    HEAD_COLUMNS,
+    TOKEN_COLUMNS,
+    alone,
+    asks,
+    head_arrays,
+    kind_code_array,
+    matrix,
+)
+from mnemoplan.storage.log.tables import LogTables
+from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
+from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
+
+
+class UserViews:
+    """Vector search and token blocks of one user at a time, from memory when the user fits.
+
+    Args:
+        tables: The log's tables.
+        vector_cache: Users' search vectors in memory.
+        token_cache: Users' token vectors in memory.
+    """
+
+    def __init__(self, tables: LogTables, vector_cache: VectorCache, token_cache: TokenCache) -> None:
+        self._tables = tables
+        self.vector_cache = vector_cache
+        self.token_cache = token_cache
+
+    def user_view(self, user_id: str) -> UserVectors | None:
+        """The user's rows in memory, loaded on first use; None for a user too large to cache."""
+        entry = self.vector_cache.get(user_id)
+        table = self._tables.records
+        if entry is not None or table is None:
+            return entry
+        generation = self.vector_cache.generation(user_id)
+        where = of_user(user_id)
+        if table.count_rows(where) > self.vector_cache.max_user_rows:
+            return None
+        query = table.search().where(where).select(["id", *HEAD_COLUMNS, "speaker", "text", "vector"])
+        data = query.limit(None).to_arrow()
+        columns = head_arrays(data)
+        columns["asks"] = asks(data)
+        columns["alone"] = alone(data)
+        entry = UserVectors.build(data.column("id").to_pylist(), matrix(data.column("vector")), columns)
+        self.vector_cache.put(user_id, entry, generation)
+        return entry
+
+    def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
+        """What ranking reads of some records, from memory; None if the user is not held there
+        (then read the records). Unknown ids are absent."""
+        entry = self.vector_cache.get(user_id)
+        return None if entry is None else entry.heads(ids)
+
+    def records_of(self, user_id: str) -> int:
+        """How many records a user has: from memory when their vectors are held."""
+        entry = self.vector_cache.get(user_id)
+        if entry is not None:
+            return len(entry)
+        table = self._tables.records
+        return 0 if table is None else int(table.count_rows(of_user(user_id)))
+
+    def vector_search(
+        self, where: RecordFilter, vector: np.ndarray | Callable[[], np.ndarray], k: int
+    ) -> list[tuple[str, float]]:
+        """Nearest records of the filter's user by cosine similarity: (id, similarity), best first.
+
+        Exact, from memory, for users the vector cache holds; LanceDB for the others. ``vector``
+        may be a function that computes it: it is called after the user's vectors are loaded, so
+        on a first search the load overlaps the embedding model's (0.5 s for 100k records, while
+        the model takes seconds at start).
+
+        Raises:
+            ValueError: The filter has a condition the rows in memory cannot answer (``filters.mask``).
+        """
+        table = self._tables.records
+        if table is None:
+            return []
+        entry = self.user_view(where.user_id)
+        vector = vector() if callable(vector) else vector
+        if entry is not None:
+            return entry.search(vector, k, where)
+        query = (
+            table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+            .distance_type("cosine")
+            .where(sql(where), prefilter=True)
+            .select(["id", "_distance"])
+            .limit(k)
+        )
+        rows = query.to_arrow().to_pylist()
+        return [(row["id"], 1.0 - float(row["_distance"])) for row in rows]
+
+    def token_blocks(self, user_id: str, *, scan: bool = False, most: int = 0) -> Iterator[TokenBlock]:
+        """A user's packed token vectors, in blocks: from memory, else read from the log and held
+        when they fit the token cache. A user too large to hold is read a batch at a time when
+        ``scan`` is set (a full read of the user per call, never all in memory at once), and
+        yields nothing otherwise; nor does a user with more than ``most`` records, when ``most``
+        is set (checked before anything is read)."""
+        table = self._tables.records
+        if table is None or (not scan and self.token_cache.too_large(user_id)):  # not read again
+            return
+        if most and self.records_of(user_id) > most:
+            return
+        held = self.token_cache.get(user_id)
+        if held is not None:
+            yield from held
+            return
+        generation, stamp = self.token_cache.generation(user_id), self.token_cache.size_stamp(user_id)
+        query = table.search().where(of_user(user_id, HAS_TOKENS))
+        loaded: list[TokenBlock] = []
+        total = 0
+        for batch in query.select(TOKEN_COLUMNS).limit(None).to_batches(5_000):
+            heads = head_arrays(pa.Table.from_batches([batch]), ["kind", "project_id", "occurred_at"])
+            kinds = kind_code_array(heads["kind"])
+            block = TokenBlock.build(batch.column("id").to_pylist(), batch.column("tokens").to_pylist(),
+                                     kinds, heads["project_id"], heads["occurred_at"])  # fmt: skip
+            total += block.tokens
+            if total <= self.token_cache.max_user_tokens:
+                loaded.append(block)
+                continue
+            if not scan:
+                self.token_cache.mark_too_large(user_id, stamp)
+                return
+            yield from loaded  # too large to hold: what was read so far, then each batch as it comes
+            loaded = []
+            yield block
+        if total <= self.token_cache.max_user_tokens:
+            self.token_cache.put(user_id, tuple(loaded), generation)
+            yield from self.token_cache.get(user_id) or tuple(loaded)
+        else:
+            self.token_cache.mark_too_large(user_id, stamp)

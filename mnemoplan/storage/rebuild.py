@@ -1,0 +1,119 @@
+"""Overlays rebuilt from the log, the source of truth: one user's BM25 index, or everything."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from mnemoplan.model import DocRecord, Record
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.bm25 import BM25Doc, BM25Index
+from mnemoplan.storage.bookkeeping import WriteBookkeeping
+from mnemoplan.storage.documents import bm25_doc, context_vector, graph_record, leans_on, user_keys
+from mnemoplan.storage.graph.client import GraphIndex
+from mnemoplan.storage.journal import Intent, WriteJournal
+from mnemoplan.storage.locks import StoreLocks
+from mnemoplan.storage.log.table import LanceLog
+from mnemoplan.storage.overlays import OverlayWriter
+
+# Told each user rebuilt and their record count.
+Progress = Callable[[str, int], None]
+
+
+class Rebuilder:
+    """Rebuilds of the overlays from the log.
+
+    Args:
+        log: The log.
+        bm25: The BM25 overlay.
+        graph: The graph overlay.
+        journal: Where a whole rebuild keeps its intent until done.
+        overlays: The overlays' writer (a rebuild waits for every pending write).
+        locks: The store's locks.
+        bookkeeping: The write path's state (dropped by a rebuild).
+        context_weight: How far a message's search vector leans towards the previous turn.
+    """
+
+    def __init__(
+        self, *, log: LanceLog, bm25: BM25Index, graph: GraphIndex, journal: WriteJournal,
+        overlays: OverlayWriter, locks: StoreLocks, bookkeeping: WriteBookkeeping, context_weight: float,
+    ) -> None:  # fmt: skip
+        self._log, self._bm25, self._graph, self._journal = log, bm25, graph, journal
+        self._overlays, self._locks, self._bookkeeping = overlays, locks, bookkeeping
+        self._context_weight = context_weight
+
+    def user_records(self, user_id: str) -> list[Record]:
+        """Every record of a user, in write order."""
+        return sorted(self._log.iter_records(RecordFilter(user_id)), key=lambda r: r.seq)
+
+    def rebuild_bm25(self, user_id: str, records: Sequence[Record | DocRecord] | None = None) -> int:
+        """Rebuild a user's BM25 index from the log (this also purges deleted documents), beside
+        writes made meanwhile (``BM25Index.rebuild``); ``records``: every record of the user."""
+
+        def docs(ids: set[str] | None) -> list[BM25Doc]:
+            if ids is None:
+                found = self._log.doc_records(RecordFilter(user_id)) if records is None else records
+                by_id = {r.id: r for r in found}
+            else:  # written during the rebuild, and the turns they follow
+                found = self._log.doc_records(RecordFilter(user_id, ids=tuple(sorted(ids))))
+                prev = {r.prev_id for r in found if r.prev_id}
+                wanted = RecordFilter(user_id, ids=tuple(sorted(prev)))
+                by_id = {r.id: r for r in self._log.doc_records(wanted)} if prev else {}
+            return [bm25_doc(r, by_id.get(r.prev_id)) for r in found]
+
+        return self._bm25.rebuild(user_id, docs)
+
+    def rebuild(self, user_id: str | None = None, progress: Progress | None = None) -> dict[str, int]:
+        """Rebuild every overlay of one user (or of all users) from the log; ``progress`` is told
+        each user and their record count once they are done.
+
+        Rebuilding all users writes the graph into a new file, so nothing stays in the pages
+        of the old one (such as what Kùzu leaked into it while it ran in this process). A
+        journal intent covers it: a rebuild cut short is done again at the next start, since
+        until it ends the graph lacks users (and ``forget`` finds derived records through it).
+        """
+        out: dict[str, int] = {}
+        self._overlays.flush(None)
+        with self._locks.write:
+            intent = self._journal.begin(Intent(op="rebuild_graph", user_id="")) if user_id is None else None
+            if intent is not None:
+                self._graph.recreate()
+            for uid in [user_id] if user_id else self._log.user_ids():
+                records = self.user_records(uid)
+                keys = user_keys(self._log, uid)
+                assert keys is not None
+                self.rebuild_bm25(uid, records)
+                self._graph.rebuild(keys.user, (graph_record(r, keys) for r in records))
+                self._relean(uid, records)
+                self._bookkeeping.catalogs.invalidate(uid)
+                out[uid] = len(records)
+                if progress is not None:
+                    progress(uid, len(records))
+            self._graph.checkpoint()
+            self._bookkeeping.clear()
+            if intent is not None:
+                self._journal.done(intent)
+        return out
+
+    def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
+        """Derive again the search vectors of long turns and of the turns after them, which
+        ``leans_on`` no longer leans to the turn before (a log written before long turns stood
+        alone leaned them); returns how many changed."""
+        by_id = {r.id: r for r in records}
+        asked = [r for r in records if r.kind == "message" and r.prev_id in by_id]
+        asked = [r for r in asked if r.alone or by_id[r.prev_id].alone]
+        changed: dict[str, np.ndarray] = {}
+        for start in range(0, len(asked), batch):
+            part = asked[start : start + batch]
+            emb = self._log.vectors(user_id, [r.id for r in part] + [r.prev_id for r in part])
+            stored = self._log.vectors(user_id, [r.id for r in part], column="vector")
+            for rec in part:
+                if rec.id not in emb or rec.id not in stored:
+                    continue
+                lean = emb.get(rec.prev_id) if leans_on(rec, by_id[rec.prev_id]) else None
+                vector = context_vector(emb[rec.id], lean, self._context_weight)
+                if not np.allclose(vector, stored[rec.id], atol=1e-6):
+                    changed[rec.id] = vector
+        self._log.set_vectors(user_id, changed)
+        return len(changed)
