@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     deep_max_rounds: int = Field(3, ge=1, le=10, description="Plan -> execute -> judge rounds at most.")
     deep_weights: dict[str, float] = Field(
         default_factory=lambda: {"semantic": 0.5, "bm25": 0.5},
-        description="Fusion weights of deep search by index (measured on LoCoMo: 0.5/0.5 beats 0.55/0.35).",
+        description="Fusion weights of deep search by index (the best measured on LoCoMo: bench/README.md).",
     )
     deep_recency_weight: float = Field(0.10, ge=0.0, description="Weight of the recency prior in deep search.")
     deep_recency_half_life_days: float = Field(90.0, gt=0)

@@ -33,11 +33,12 @@ def configure_lance() -> None:
 
     Lance does its CPU work (encoding an append, building an index, compacting) on a pool of
     max(1, cores - 2) threads, sized once, at its first use. On a machine of up to three cores
-    that is one thread: building the vector index (~45 s at 100k rows) held it, and every append
-    to any table waited for the whole build (a ``remember`` blocked ~10 s at 100k records). A
-    second thread lets appends through. Larger machines keep Lance's own size, and a value set by
-    the user stands. The log calls this too, before it opens a database, for a process that
-    opens one without an entry point (a script, a test's child process).
+    that is one thread: building the vector index held it, and every append to any table waited
+    for the whole build (a ``remember`` blocked for seconds on a large store). A second thread
+    lets appends through at once, and the build takes no longer. Larger machines keep Lance's
+    own size, and a value set by the user stands. The log calls this too, before it opens a
+    database, for a process that opens one without an entry point (a script, a test's child
+    process).
     """
     if usable_cpus() <= 3:
         os.environ.setdefault("LANCE_CPU_THREADS", "2")
@@ -47,7 +48,8 @@ def configure() -> None:
     """Apply every process-wide setting; idempotent, and cheap enough to call from each entry point.
 
     - ``OPENBLAS_NUM_THREADS=1``: OpenBLAS's worker threads spin on after each product and take
-      the cores the embedding model runs on (measured in bench/README.md). Read when numpy loads.
+      the cores the embedding model runs on (it slowed deep search, not recall: bench/README.md,
+      "OpenBLAS on two cores"). Read when numpy loads.
     - ``LANCE_CPU_THREADS``: see ``configure_lance``.
     - ``LANCE_LOG=error``: LanceDB's own (Rust) logger writes to stderr, which a stdio server
       shares with its host.

@@ -20,7 +20,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, user_help: str = "") -
         parser: The command's parser.
         user_help: Help of ``--user`` where it means something else than the default user.
     """
-    data_help = "data directory (default: $MNEMOPLAN_DATA_DIR or ~/.local/share/mnemoplan)"
+    data_help = (
+        "data directory (default: $MNEMOPLAN_DATA_DIR or the platform's user data directory, "
+        "e.g. ~/.local/share/mnemoplan on Linux)"
+    )
     parser.add_argument("--data-dir", type=Path, help=data_help)
     user_help = user_help or "default user id (default: $MNEMOPLAN_DEFAULT_USER_ID or 'default')"
     parser.add_argument("--user", help=user_help)

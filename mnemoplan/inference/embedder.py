@@ -160,7 +160,7 @@ class HashEmbedder:
 
 SMALL_BATCH = 8  # texts embedded on one thread (a message's sentences, a query)
 # Texts per pass for token vectors. A rerank's passages vary in length, and small batches of
-# length-sorted texts pad less: 31 LoCoMo passages take 106 ms, against 158 in one batch.
+# length-sorted texts pad less, so they run faster than one batch.
 TOKEN_BATCH = 16
 
 
@@ -172,7 +172,7 @@ class SentenceEmbedder:
         batch_size: Texts per forward pass.
         threads: Torch intra-op threads (0 keeps torch's default).
         precision: ``fp32``, ``bf16``, or ``auto`` (bf16 where the CPU computes it natively:
-            2.5x faster here, and the same retrieval quality on LoCoMo to 0.1 point).
+            much faster, with the same retrieval quality; bench/README.md).
         load_timeout_s: How long ``embed`` waits for the model before giving up.
         query_cache_size: Recent query embeddings kept in memory.
     """
@@ -206,8 +206,8 @@ class SentenceEmbedder:
         self._token_cache: OrderedDict[str, TokenVectors] = OrderedDict()
         self._cache_size = query_cache_size
         # Every torch call runs on this one thread. Called from many threads, torch gives
-        # each its own OpenMP team, and their spinning workers halve the speed of all of
-        # them on a 2-core machine (query embedding 5 ms -> 11 ms, measured).
+        # each its own OpenMP team, and their spinning workers slow all of them down on a
+        # 2-core machine (measured: bench/README.md).
         self._torch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-torch")
         self._torch.submit(self._load)
         self._torch.submit(self._warm_up)
@@ -303,8 +303,7 @@ class SentenceEmbedder:
         A query or a single message runs on one core: other signals of the same recall
         run on the other one, and a two-thread forward pass stalls whenever a core is
         taken. Small batches stay on one thread too: switching torch's thread count
-        between calls is what costs (one message of three sentences: p50 15 -> 11 ms,
-        p95 830 -> 22 ms once it no longer alternates with one-text queries).
+        between calls is what costs, in the slowest calls most (bench/README.md).
         """
         torch = sys.modules["torch"]
         want = 1 if n_texts <= SMALL_BATCH else self._batch_threads
@@ -314,8 +313,8 @@ class SentenceEmbedder:
             yield
 
     def _warm_up(self) -> None:
-        """A first pass right after loading: the first one is slow (~30 ms, against 7-10 ms
-        after), and would otherwise fall on the first query."""
+        """A first pass right after loading: the first one is several times slower than the
+        next, and would otherwise fall on the first query."""
         if self._model is None:
             return
         try:

@@ -36,7 +36,7 @@ def plain_mean_pooling(path: str) -> int | None:
     None for any other model, or when the files do not say.
 
     Such a model runs without sentence-transformers: importing it (scikit-learn, SciPy and
-    more) was ~1.5 s of the model's ~5 s load here, for code the direct forward pass never calls.
+    more) was a large part of the model's load, for code the direct forward pass never calls.
     """
     root = Path(path)
     try:
@@ -124,12 +124,12 @@ def token_forward(tokenizer: Any, bert: Any, max_length: int, torch: Any, batch_
     """The last hidden layer per token, with each token's word span, and each text's mean-pooled
     embedding from the same pass; needs a fast tokenizer (it alone reports offsets). Padded to a
     multiple of 16 tokens as ``direct_forward`` is: every new tensor shape keeps its own compiled
-    kernels (one shape per length cost ~270 MB of RSS over 280 searches)."""
+    kernels (one shape per length made the process grow search after search)."""
 
     def forward(texts: list[str], project: np.ndarray | None = None) -> tuple[np.ndarray, list[TokenVectors]]:
         """``project``, a (hidden size, d) matrix, maps the token vectors to d dimensions here, in
         torch, on the model's thread: done in numpy afterwards, OpenBLAS's worker threads spun on
-        and slowed the next pass (bulk ingest 154 -> 116 messages/s)."""
+        and slowed the next pass (bulk ingest markedly: bench/README.md)."""
         means = np.zeros((len(texts), bert.config.hidden_size), dtype=np.float32)
         out: list[TokenVectors | None] = [None] * len(texts)
         projection = torch.from_numpy(np.ascontiguousarray(project, dtype=np.float32)) if project is not None else None

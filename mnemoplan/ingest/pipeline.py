@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 IMPORTANCE = {"message": 0.5, "fact": 0.7, "procedure": 0.7, "episode": 0.6}
 Progress = Callable[[int, int], None]  # (done, total)
-PROGRESS_SLICE = 256  # sentences embedded between two progress reports (~1.5 s here)
+# sentences embedded between two progress reports: often enough to show progress, rarely enough
+# to cost nothing
+PROGRESS_SLICE = 256
 
 
 @dataclass
@@ -344,7 +346,7 @@ class Ingestor:
         """Give token vectors to a user's records that have none (written before the log had
         them); summaries never have their own. Returns how many records gained them.
 
-        Re-embeds those records (ingest's speed, ~150 messages/s here); ``progress`` hears
+        Re-embeds those records, as fast as ingest embeds new ones; ``progress`` hears
         (done, total) in records."""
         if self.embed_with_tokens is None:
             return 0

@@ -260,7 +260,7 @@ class RecordHead:
 @dataclass(frozen=True, slots=True)
 class DocRecord:
     """What a record's BM25 document reads of it (``indexes.documents.bm25_doc``): the rebuild
-    after each delete reads all of a user's records (100k of them in ~8 s as ``Record``)."""
+    after each delete reads all of a user's records, too many to build a ``Record`` for each."""
 
     id: str
     user_id: str

@@ -1,4 +1,4 @@
-"""The deterministic query analyzer: same query, same analysis, no LLM, well under 10 ms.
+"""The deterministic query analyzer: same query, same analysis, no LLM, cheap enough for every query.
 
 It decides whether a message needs memory at all (small talk does not), what kind of
 answer is expected, which of the user's known entities the query names (by key,

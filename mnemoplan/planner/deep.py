@@ -64,7 +64,7 @@ class DeepConfig:
 
     Attributes:
         max_rounds: Rounds of plan -> execute -> judge before giving up.
-        weights: Fusion weights by index (0.5/0.5: on LoCoMo, 0.55 vector / 0.35 BM25 lost 2.4 R@10).
+        weights: Fusion weights by index (0.5/0.5, the best measured on LoCoMo: bench/README.md).
         recency_weight: Weight of the recency prior (0.10), with ``recency_half_life_days``.
         widen: Factor on the candidate lists of recall's steps.
         candidate_pool: Fused candidates ranked.
@@ -72,8 +72,8 @@ class DeepConfig:
         deadline_s: Time the whole search may take, LLM calls included (see the module's doc).
         round_decay: Weight of each round's signals relative to the round before. A revised
             plan adds what the first one missed without reshuffling what it found: at full
-            weight, rules-only rounds 2-3 cost 1.8 R@10 on LoCoMo (80.4 -> 78.6 deep vs recall),
-            at 0.5 they cost 1.4, at 0.2 0.6, while R@25 rose above recall's (88.4 vs 87.5).
+            weight, rules-only later rounds cost R@10 on LoCoMo, less the lower the weight,
+            while R@25 rose above recall's (bench/README.md).
     """
 
     max_rounds: int = 3
@@ -346,7 +346,7 @@ class DeepSearch:
             plan = nxt
         # Only a plan an LLM wrote is worth keeping: reusing it saves a paid call. The rules
         # re-derive theirs in microseconds, and caching their revisions made a query's result
-        # depend on the queries before it (LoCoMo deep R@10 79.8 with that cache, 80.2 without).
+        # depend on the queries before it, and cost R@10 on LoCoMo (bench/README.md).
         if evaluation is not None and evaluation.sufficient and plan_fingerprint(run.plans[-1]) in run.llm_plans:
             self._remember_plan(analysis, run.plans[-1])
         items = self._rerank(query, scope.user_id, items, run)[:max_results]

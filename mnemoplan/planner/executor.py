@@ -35,7 +35,7 @@ class PlanExecutor:
 
     def __init__(self, registry: IndexRegistry, pool: Executor) -> None:
         # No read-ahead of the records steps find: it saved nothing on small stores and, at
-        # 100k records, its reads of every step's top 150 doubled recall's time (127 ms vs 65).
+        # 100k records, its reads of every step's top candidates made recall far slower.
         self._registry = registry
         self._pool = pool
 

@@ -195,8 +195,8 @@ class RecallPipeline:
         cands = fuse(results, plan.combination_strategy, modes=config.modes, weights=config.weights)
         pool = sorted(cands.values(), key=lambda c: -c.score)[: config.candidate_pool]
         wants_list = plan.expected_answer_type == "list"
-        # Rank on what memory holds of the candidates and read only the records returned: at
-        # 100k records, reading the whole pool from the log was half of recall's time.
+        # Rank on what memory holds of the candidates and read only the records returned: on
+        # a large store, reading the whole pool from the log was much of recall's time.
         ids = [c.id for c in pool]
         heads = self.records.heads(scope.user_id, ids) if config.ranking.use_weight <= 0 else None
         rows = heads if heads is not None else self.records.get(scope.user_id, ids)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from mnemoplan.model import PlanStep, QueryPlan
 
 # Episode summaries are not ranked beside the turns they summarise (on LoCoMo they crowd
-# them out: R@10 -1.4); they serve the session-level (hierarchical) index instead.
+# them out and cost R@10: bench/README.md); they serve the session-level (hierarchical)
+# index instead.
 MEMORY_KINDS = ["message", "fact", "procedure"]
 
-# Recall matches tokens for users up to 15k memories (~20 ms of scan at that size); deep
-# search matches every user's, reading one too large to hold in memory from the log.
+# Recall matches tokens for users up to 15k memories (beyond that the scan takes too much of
+# its time); deep search matches every user's, reading one too large to hold in memory from the log.
 RECALL_MAX_MEMORIES = 15_000
 
 RECALL = QueryPlan(
@@ -27,8 +28,8 @@ RECALL = QueryPlan(
     combination_strategy="weighted_union",
 )  # fmt: skip
 
-# One hop in recall: the second (entities mentioned alongside) cost 136 ms a query at 100k
-# messages and nothing measurable on LoCoMo; "everything about X" and deep search take two.
+# One hop in recall: the second (entities mentioned alongside) was slow on a large store
+# and gained nothing measurable on LoCoMo; "everything about X" and deep search take two.
 ENTITY_STEP = PlanStep(
     step_id="entities", index="entity_graph", params={"top_k": 100, "hops": 1}, weight=0.1,
     rationale="records linked to the entities the query names",

@@ -26,12 +26,11 @@ QUERY_PARAMS = [
     ParamSpec(
         name="scan_log", type="boolean", default=False,
         description="For a user whose tokens are too many to hold in memory, read them all from the log "
-        "(seconds at 100k memories); without it such a user gets no hits from this index.",
+        "(slow for such a user); without it such a user gets no hits from this index.",
     ),
     ParamSpec(
         name="max_memories", type="integer", default=0, minimum=0,
-        description="Skip users with more memories than this (0: no limit); the scan costs ~1 ms per "
-        "700 memories, ~100 ms for a user of 100k messages.",
+        description="Skip users with more memories than this (0: no limit); the scan's time grows with them.",
     ),
 ]  # fmt: skip
 
@@ -69,7 +68,7 @@ class TokenMatchIndex(SearchIndex):
     def _count(self, user_id: str, what: Literal["with", "lacking"]) -> int:
         """A count of the user's rows in the log, read again only after a change to their rows
         (every write, delete and backfill bumps the token cache's generation): each count is a
-        LanceDB query of ~1-3 ms, asked on every deep search and every description of the index."""
+        LanceDB query, asked on every deep search and every description of the index."""
         stamp = self._log.token_cache.generation(user_id)
         known = self._counts.get((user_id, what))
         if known is not None and known[0] == stamp:

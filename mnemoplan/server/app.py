@@ -61,8 +61,8 @@ class ServiceHolder:
     """Builds the memory service in the background and hands it to tools once ready.
 
     The build (importing torch and the storage libraries, opening the stores) holds the
-    GIL for long stretches; started at once, it delayed the answer to ``initialize`` to
-    ~1.4 s. It therefore waits for the handshake to finish (``go``), for a first tool call,
+    GIL for long stretches; started at once, it delayed the answer to ``initialize`` by most
+    of the build. It therefore waits for the handshake to finish (``go``), for a first tool call,
     or at most ``start_after_s``.
 
     Nothing that failed stays failed until a restart: a start-up that failed is tried again

@@ -115,7 +115,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             log.warning("repaired %d interrupted write(s)", repaired)
         store.maintain_if_fragmented()
     registry = build_registry(store, tokens)
-    warm_up_dates()  # 0.1-0.2 s here, not in the first query or message that names a date
+    warm_up_dates()  # at start-up, not in the first query or message that names a date
     client = llm_client(settings)
     llm = llm_parts(settings, client)
     recall_reranker: Reranker | None = None

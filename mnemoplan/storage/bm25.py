@@ -4,8 +4,8 @@ One index per user keeps isolation structural (a query can only see its user's
 directory; the ``user_id`` term is required as well, as a second fence) and makes
 forgetting real: Tantivy cannot be told to merge segments from Python, so deleting a
 user removes the directory, and deleting some records rebuilds that user's index
-from the log into a fresh directory that replaces the old one. A rebuild runs beside
-writes (seconds at 100k records): what they add or delete meanwhile is carried over
+from the log into a fresh directory that replaces the old one. A rebuild, slow on a
+large user, runs beside writes: what they add or delete meanwhile is carried over
 into the fresh index before it is swapped in.
 
 Queries are never parsed: the text goes through the same analyzer as the documents
@@ -214,7 +214,7 @@ class BM25Index:
         """Index documents (replacing any with the same id).
 
         With ``commit`` they are searchable on return; without, after the next ``commit()``
-        (a Tantivy commit costs 10-20 ms, adding a document a few microseconds).
+        (a Tantivy commit costs far more than adding a document).
         """
         by_user: dict[str, list[BM25Doc]] = {}
         for doc in docs:

@@ -330,15 +330,15 @@ class Deleter:
         start). Runs the user's pending purges; without ``user_id``, everyone's (start-up repair).
 
         The deleted records are out of every search already, and most of this runs beside
-        writes: the BM25 rebuild (``BM25Index.rebuild``; ~4-5 s at 100k records), then the
-        log's rewrite and compaction of the fragments that held them (~3-6 s there). Only the
-        last step holds the write lock (0.1-0.8 s there): dropping old versions and files no
-        version refers to, which would race an append. None of it may race a maintenance run
-        (dropping old versions under a compaction, or an index built from rows it rewrites),
-        and a run can take a minute (the vector index at 100k records: ~45 s), so it takes the
-        maintenance lock first, then the write lock, in the order ``close`` does. Each purge
-        does the work of every purge intent whose user's BM25 index was rebuilt after it
-        began: when another purge did all of the user's, this one has nothing left to do."""
+        writes: the BM25 rebuild (``BM25Index.rebuild``), then the log's rewrite and compaction
+        of the fragments that held them. Only the last and shortest step holds the write lock:
+        dropping old versions and files no version refers to, which would race an append. None
+        of it may race a maintenance run (dropping old versions under a compaction, or an index
+        built from rows it rewrites), and a run can be long (building the vector index of a
+        large log), so it takes the maintenance lock first, then the write lock, in the order
+        ``close`` does. Each purge does the work of every purge intent whose user's BM25 index
+        was rebuilt after it began: when another purge did all of the user's, this one has
+        nothing left to do."""
         with self._locks.write:
             begun = {t: p for t, p in self._purges.items() if user_id is None or p.user_id == user_id}
         if not begun:

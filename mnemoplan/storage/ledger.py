@@ -67,15 +67,15 @@ class UserLedger:
     session_messages: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     summaries: dict[str, dict[str, Summary]] = field(default_factory=dict)  # session -> id -> summary
     facts: dict[str, list[KnownFact]] = field(default_factory=dict)
-    # fact id -> its subject in ``facts``: finding a fact by id scanned every fact, so a load of
-    # 20k current facts took 6.7 s (quadratic)
+    # fact id -> its subject in ``facts``: finding a fact by id scanned every fact, so loading a
+    # user's facts was quadratic
     _subject_of: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, log: LanceLog, user_id: str) -> UserLedger:
         """Read a user's ledger from the log (one read, plus the vectors of current facts).
 
-        Column by column: a dict per row cost ~0.4 s at 100k records, and this load comes on a
+        Column by column: a dict per row was slow for a large user, and this load comes on a
         user's first write and the first after each forget."""
         ledger = cls()
         cols = log.columns(RecordFilter(user_id), _COLUMNS)
@@ -126,7 +126,7 @@ class UserLedger:
 
         A summary covers at most ``span`` consecutive messages, so a long session is summarised
         stretch by stretch, and a summary costs as much at a session's 10,000th message as at
-        its 100th (reading and scoring the whole session took ~0.8 s at 3,000). The newest
+        its 100th (reading and scoring the whole session grew with it). The newest
         stretch is summarised again once ``every`` messages joined the session since its
         summary, or a new stretch begins when it is full. Stretches left without a summary (a
         forget deletes the summary of the stretch it touches) are summarised again with it.

@@ -58,8 +58,8 @@ class StoreLocks:
 
     Attributes:
         users: One lock per user with a write or a delete under way or waiting.
-        maintenance: Held by a maintenance run (a minute, building the vector index at 100k
-            records) and by the end of a purge, which must not run beside one.
+        maintenance: Held by a maintenance run (long when it builds the vector index of a
+            large log) and by the end of a purge, which must not run beside one.
         write: Held while the log and the overlays' queue change together.
         closed: Set, under ``maintenance``, once the store began to close: nothing may start then.
     """

@@ -2,12 +2,12 @@
 
 ``remember`` returns once the log (the source of truth) has the records. The BM25 and
 graph overlays follow on one background thread, in order. Both are cheap per record
-and costly per write (a Tantivy commit is 10-20 ms, a Kùzu statement a few ms), so
-during a burst they are written at most every ``interval_s``: documents go into the
-Tantivy writer at once and are committed with the pending graph records at the next
-flush. A read first waits for its user's queued jobs and flushes, so it sees every
-write that returned before it. A journal intent is closed only once a flush has made
-its records durable in both overlays; after a crash, start-up repair replays it.
+and costly per write (a Tantivy commit, a Kùzu statement), so during a burst they
+are written at most every ``interval_s``: documents go into the Tantivy writer at once
+and are committed with the pending graph records at the next flush. A read first waits for
+its user's queued jobs and flushes, so it sees every write that returned before it. A
+journal intent is closed only once a flush has made its records durable in both
+overlays; after a crash, start-up repair replays it.
 """
 
 from __future__ import annotations

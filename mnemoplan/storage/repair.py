@@ -71,7 +71,7 @@ class Repairer:
             self._graph.delete(missing)
             # A delete alone would leave their terms in Tantivy's segments.
             self._rebuilder.rebuild_bm25(intent.user_id)
-        else:  # re-add just these: rebuilding a user's whole index takes seconds at 100k records
+        else:  # re-add just these: rebuilding a large user's whole index is slow
             records = sorted(present.values(), key=lambda r: r.seq)
             prev = self._log.get(intent.user_id, [r.prev_id for r in records if r.prev_id])
             try:

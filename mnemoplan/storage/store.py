@@ -387,7 +387,7 @@ class MemoryStore:
     def maintain_if_fragmented(self, threshold: int = FRAGMENTS_TO_COMPACT) -> bool:
         """Compact in the background when a previous run left many small fragments (a server that
         stored messages one by one and stopped before its next compaction): every read of the log
-        slows with them (a by-id read of 60 records: 68 ms at 154 fragments, 12 ms compacted).
+        slows with them (a by-id read, several times over).
         Also when a purge left the log without the vector index it should have."""
         if self.read_only:
             return False
@@ -398,8 +398,8 @@ class MemoryStore:
 
     def _maintain_in_background(self) -> None:
         """Every ``maintain_every`` appends: small appends pile up fragments, and every filtered
-        read and update slows with their number (an update: 8 ms on a compacted log, 180 ms at 300
-        fragments). Writes go on meanwhile; only a purge waits for it."""
+        read and update slows with their number. Writes go on meanwhile; only a purge waits for
+        it."""
         if self.locks.maintenance.locked():
             return
 

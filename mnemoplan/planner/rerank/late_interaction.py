@@ -30,11 +30,11 @@ class LateInteractionReranker:
     it reorders what fusion found, it does not replace it. The items keep the scores of the slots
     they land in, so scores stay comparable and descending; ``scores["token_match"]`` says why.
 
-    No LLM, no network: the bundled model's own tokens. On LoCoMo (no LLM) it took deep search's
-    R@10 from 80.2 to 81.2 (multi-hop +2.9, open-domain +3.9) for one forward pass over the
-    ~30 items (~105 ms; bench/README.md). The ``token_match`` index now fuses the same signal,
-    from token vectors stored at ingest, for every memory; on top of it this pass cost 0.6 R@10
-    and ~115 ms of p50, so deep search skips it when it is ``redundant``. It still serves a log
+    No LLM, no network: the bundled model's own tokens. On LoCoMo (no LLM) it raised deep
+    search's R@10, most on multi-hop and open-domain questions, for one forward pass over its
+    ~30 items (bench/README.md). The ``token_match`` index now fuses the same signal, from token
+    vectors stored at ingest, for every memory; on top of it this pass cost R@10 and time, so
+    deep search skips it when it is ``redundant``. It still serves a log
     written, wholly or partly, before token vectors were stored, until ``mnemoplan reindex``.
 
     Args:

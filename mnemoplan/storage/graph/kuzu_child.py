@@ -90,11 +90,10 @@ class KuzuGraph:
         """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
 
         Kùzu answers ``UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b})``
-        with a scan of the node table per row: cheap on a small graph (the whole of a
-        4-conversation ingest's edges in 1.5 s), ruinous on a large one (15 ms a row at 92k
-        records, so the overlay fell ever further behind). One statement per row costs a
-        steady ~0.5 ms. Below ``unwind_max_records`` records the batch wins (``batched``),
-        above it the rows.
+        with a scan of the node table per row: cheap on a small graph, ruinous on a large one
+        (the overlay fell ever further behind). One statement per row costs the same at any
+        size. Below ``unwind_max_records`` records the batch wins (``batched``), above it the
+        rows.
         """
         if not rows:
             return
@@ -132,7 +131,7 @@ class KuzuGraph:
         put = "CREATE" if fresh else "MERGE"
         self._unsettled = True
         with self._transaction():
-            # Counting nodes costs under a millisecond; it picks how the edges are written.
+            # Counting nodes is cheap beside the writes; it picks how the edges are written.
             batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < self._unwind_max
             rows = [{"id": r.id, "user": r.user, "kind": r.kind, "seq": r.seq, "ts": r.ts} for r in records]
             if fresh:

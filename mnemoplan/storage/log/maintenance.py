@@ -85,10 +85,9 @@ class Maintenance:
         vector index: one message forgotten out of forty, or out of a 100k-record log, stayed
         in its file. So each such fragment's remaining rows are written again, unchanged (a
         merge on the key, in batches: every batch is one commit, no reader misses a row), and
-        a fragment left with no rows leaves the table: ~3 s for a 100k-record fragment.
-        Updates and deletes wait for one batch at a time (~0.4-1 s there), or for the closing
-        compaction (1-2 s), not for the whole. Fragments noted meanwhile wait for the next
-        purge: what they hold was not yet deleted when this one began.
+        a fragment left with no rows leaves the table. Updates and deletes wait for one batch
+        at a time, or for the closing compaction, not for the whole. Fragments noted meanwhile
+        wait for the next purge: what they hold was not yet deleted when this one began.
 
         Old versions are dropped as maintenance drops them, not all: dropping the version an
         append began from, before it commits, loses the append (Lance issue #3718).
@@ -127,8 +126,8 @@ class Maintenance:
     def _drop_index_copies(table: LanceTable) -> None:
         """Indexes keep their own copies of what they index: the ids and session ids of deleted
         rows stayed in the B-tree pages, their vectors in the vector index. The B-trees are
-        rebuilt (0.13 s for seven of them at 100k rows); the vector index (55 s to build there)
-        is dropped, for the next ``maintain`` (after more writes, or at start) to build again.
+        rebuilt (quickly); the vector index (slow to build on a large log) is dropped, for the
+        next ``maintain`` (after more writes, or at start) to build again.
         Meanwhile vector search scans exactly; it only serves users too large to hold in memory."""
         names = {idx.name for idx in table.list_indices()}
         for column in SCALAR_COLUMNS:
@@ -212,7 +211,7 @@ class Maintenance:
         """Small fragments beyond those the last maintenance left.
 
         Compaction does not merge fragments covered by different deltas of the vector index
-        (a 100k-record log kept 56 through every compaction): without this, each start of
+        (a large log kept dozens through every compaction): without this, each start of
         such a store ran a compaction that changed nothing.
         """
         try:

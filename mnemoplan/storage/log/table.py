@@ -105,8 +105,8 @@ class LanceLog:
         """How often each distinct (key, name, type, role) occurs among a user's entity mentions,
         in the order each first occurs in the log; and the last seq of the user's records read.
 
-        Counted in Arrow: turning 415k mentions of a 100k-record user into Python objects
-        one by one took ~1.1 s of the first recall, counting them ~0.15 s.
+        Counted in Arrow: turning a large user's mentions into Python objects one by one was
+        most of the first recall's time.
         """
         table = self.tables.records
         if table is None:
@@ -155,8 +155,8 @@ class LanceLog:
         epoch = self.cache.epoch()
         if self._load_whole(user_id):
             # One scan of the whole user costs about what reading these ids does (the filter,
-            # not the rows, is the cost), and every later query is then served from memory:
-            # a fresh server's first LoCoMo recalls went from 88 to 23 ms (p50).
+            # not the rows, is the cost), and every later query is then served from memory,
+            # which made a fresh server's first recalls several times faster.
             read = self.records(RecordFilter(user_id))
             self.cache.put(read, epoch, whole_user=user_id)
             wanted = set(missing)

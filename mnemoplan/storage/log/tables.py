@@ -43,7 +43,7 @@ class LogTables:
         """Vector dimension, or None before the first write."""
         if self.records is None:
             return None
-        if self._dim is None:  # reading a LanceDB schema costs ~2 ms; the vector width never changes
+        if self._dim is None:  # reading a LanceDB schema is a round trip; the vector width never changes
             self._dim = int(self.records.schema.field("vector").type.list_size)
         return self._dim
 

@@ -3,12 +3,12 @@
 A sentence embedding is one average, so a question's "exercises" has to survive averaging to
 meet a memory's "kickboxing". Matching token by token does not ask that: each query token finds
 its best match among a memory's contextual token vectors. This module packs those vectors for
-the log and holds each user's in memory for a scan that costs about a millisecond per 20k tokens.
+the log and holds each user's in memory for a scan cheap enough for every query.
 
 Packing: only the tokens of words an index keeps (stop words and punctuation go), projected
 from the model's width to ``DIM`` by a fixed +-1 matrix (derived from a hash, so it never
-changes between versions or machines), stored as int8 with one scale per token: ~2.7 KB per
-LoCoMo turn against ~27 KB as float16, for 0.4 point of R@10 measured (bench/README.md).
+changes between versions or machines), stored as int8 with one scale per token: a tenth of
+float16's size, for a small loss of R@10 (bench/README.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Users' search vectors in memory, for exact nearest-neighbour search without a storage round trip.
 
-A LanceDB query costs ~5 ms whatever its size; a matrix product over a user's few
-thousand vectors costs well under one. The log keeps this cache exactly in step with
+A LanceDB query has a fixed cost whatever its size; a matrix product over a user's few
+thousand vectors costs a fraction of it. The log keeps this cache exactly in step with
 its own writes (appends extend it, deletes and updates drop it), and users too large for
 it are searched in LanceDB, through its ANN index.
 """
@@ -121,7 +121,7 @@ class UserVectors:
 
     def extended(self, more: UserVectors) -> UserVectors:
         """These rows and more. The vectors go into spare capacity when there is some (a copy of
-        every row per append cost 30 ms at 100k rows); the small columns are copied."""
+        every row per append grew with the user); the small columns are copied."""
         if not self.ids:
             return more
         buffer = self.buffer if self.buffer is not None else _Buffer(self.matrix, self._row_map())

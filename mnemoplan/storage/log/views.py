@@ -83,8 +83,8 @@ class UserViews:
 
         Exact, from memory, for users the vector cache holds; LanceDB for the others. ``vector``
         may be a function that computes it: it is called after the user's vectors are loaded, so
-        on a first search the load overlaps the embedding model's (0.5 s for 100k records, while
-        the model takes seconds at start).
+        on a first search the load overlaps the embedding model's (a large user's vectors load
+        while the model is still loading at start).
 
         Raises:
             ValueError: The filter has a condition the rows in memory cannot answer (``filters.mask``).

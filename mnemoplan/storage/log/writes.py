@@ -207,8 +207,9 @@ class LogWriter:
 
     def _set_columns(self, columns: dict[str, list[Any]]) -> None:
         """Set some columns of the rows with these ids, in one merge: an update per distinct value
-        rewrote the table once per value (715 distinct access counts on a well-used LoCoMo store:
-        a flush that ran for minutes, against ~0.2 s merged). Ids no longer in the log are skipped."""
+        rewrote the table once per value (a well-used store has hundreds of distinct access
+        counts: a flush ran for minutes, where one merge takes a moment). Ids no longer in the
+        log are skipped."""
         table = self._tables.records
         assert table is not None
         schema = table_schema(self._tables.dim or 1)
