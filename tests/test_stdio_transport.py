@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -116,12 +117,17 @@ def test_metadata_is_kept_shallow_enough_for_its_answers_to_be_read(tmp_path: Pa
 class Terminal:
     """`mnemoplan serve` in a pseudo-terminal of its own, as a person starts it from a shell."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, sigint: Any = signal.SIG_DFL) -> None:
+        """``sigint``: how the server's parent left SIGINT (a shell's background job ignores it)."""
+
+        def in_child() -> None:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # the terminal's keys signal it
+            signal.signal(signal.SIGINT, sigint)
+
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mnemoplan", "serve"], stdin=slave, stdout=slave, stderr=slave,
-            env=server_env(data_dir), start_new_session=True,
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # the terminal's keys signal it
+            env=server_env(data_dir), start_new_session=True, preexec_fn=in_child,
         )  # fmt: skip
         os.close(slave)
         self.output = b""
@@ -182,3 +188,26 @@ def test_serve_in_a_terminal_says_it_waits_for_a_client_and_stops_on_ctrl_c_or_c
             assert [i.text for i in service.recall("typed", user_id="tty").items] == ["typed in a terminal"]
         finally:
             service.close()
+
+
+@pytest.mark.parametrize("how", ["ctrl-c-with-sigint-inherited-ignored", "sigterm"])
+def test_serve_stops_cleanly_on_ctrl_c_even_when_started_ignoring_it_and_on_sigterm(
+    tmp_path: Path, how: str
+) -> None:
+    """A shell starts a background job with SIGINT ignored, and Python then leaves it ignored:
+    Ctrl-C did nothing. SIGTERM, how hosts stop a server, killed it without closing its stores."""
+    terminal = Terminal(tmp_path / "data", sigint=signal.SIG_IGN if how.startswith("ctrl-c") else signal.SIG_DFL)
+    try:
+        terminal.read_until(lambda: b"waiting for an MCP client" in terminal.output)
+        assert b"waiting for an MCP client" in terminal.output, terminal.output
+        if how == "sigterm":
+            terminal.proc.send_signal(signal.SIGTERM)
+        else:
+            os.write(terminal.master, b"\x03")
+        closed = terminal.read_until(lambda: False)
+        shown = terminal.output.decode(errors="replace")
+        assert closed, f"a process still holds the terminal: {shown}"
+        assert terminal.proc.wait(timeout=ANSWER_TIMEOUT_S) == (143 if how == "sigterm" else 130), shown
+        assert "Traceback" not in shown and "mnemoplan: stopped" in shown, shown
+    finally:
+        terminal.close()

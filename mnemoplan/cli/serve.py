@@ -3,14 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from types import FrameType
 
 from mnemoplan import __version__
 from mnemoplan.cli.common import add_common_arguments, settings_from_args, setup_logging
 
 
+class Stopped(KeyboardInterrupt):
+    """A stop asked for by a signal; a KeyboardInterrupt so that every layer unwinds it as Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """The first Ctrl-C or SIGTERM stops the server cleanly; a second one ends it at once."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Stopped(signum)
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM stop the server, closing what it opened.
+
+    Python installs its Ctrl-C handler only when SIGINT is not ignored at start: a server
+    started by a shell as a background job, or by a parent that ignores SIGINT, inherits it
+    ignored, and Ctrl-C in its terminal did nothing. SIGTERM (how hosts and service managers
+    stop a server) killed it without closing its stores.
+    """
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the MCP server (stdio by default)."""
+    _stop_on_signals()
     settings = settings_from_args(args)
     if args.http:
         settings = settings.model_copy(update={"transport": "http"})
@@ -19,15 +49,15 @@ def run(args: argparse.Namespace) -> int:
     if args.port:
         settings = settings.model_copy(update={"http_port": args.port})
     setup_logging(settings.log_level, settings.log_file)
-    from mnemoplan.server.app import create_app
-
     if settings.transport == "http":
         where = f"MCP over http://{settings.http_host}:{settings.http_port}/mcp"
     else:  # in a terminal, what looks like a prompt is a server waiting for its client
         where = "MCP over stdio: waiting for an MCP client on stdin"
         if sys.stdin is not None and sys.stdin.isatty():
             where += " (this is no prompt; Ctrl-C or Ctrl-D stops the server)"
-    try:
+    try:  # a stop can come at any moment, the imports included
+        from mnemoplan.server.app import create_app
+
         memory = f"memory in {settings.data_dir} (default user {settings.default_user_id!r})"
         print(f"mnemoplan {__version__}: {memory}; {where}", file=sys.stderr, flush=True)
         app = create_app(settings)
@@ -39,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
             from mnemoplan.server.stdio import serve_stdio
 
             anyio.run(serve_stdio, app)
-    except KeyboardInterrupt:  # Ctrl-C: what the server opened, it closed on its way out
-        print("mnemoplan: stopped (Ctrl-C)", file=sys.stderr, flush=True)
-        return 130
+    except KeyboardInterrupt as stop:  # what the server opened, it closed on its way out
+        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+        how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"mnemoplan: stopped ({how})", file=sys.stderr, flush=True)
+        return 128 + signum
     return 0
 
 
