@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -28,7 +28,6 @@ from mnemoplan.service.browse import MemoryBrowser, Page
 from mnemoplan.web.app import WebView
 
 if TYPE_CHECKING:
-    from mnemoplan.server.app import ServiceHolder
     from mnemoplan.service.service import MemoryService
 
 T = TypeVar("T")
@@ -51,7 +50,15 @@ session or the whole user scope when asked), and tell the user what was removed.
 5. Never mention ids or scores to the user unless asked; say what you remember and when it was said."""
 
 
-Holder = Callable[[], "ServiceHolder | None"]  # the running server's service, once its lifespan began
+class ServiceRunner(Protocol):
+    """What runs a call on the server's service (``app.ServiceHolder``)."""
+
+    def call(self, fn: Callable[[MemoryService], T]) -> T:
+        """Run ``fn(service)`` once the service is ready."""
+        ...
+
+
+Holder = Callable[[], ServiceRunner | None]  # the running server's service, once its lifespan began
 
 
 async def _run(holder: Holder, fn: Callable[[MemoryService], T]) -> T:
