@@ -25,11 +25,19 @@ class ProgressBar:
 
     def __init__(self, label: str, total: int | None = None, unit: str = "it", *, enabled: bool | None = None) -> None:
         draw = sys.stderr.isatty() if enabled is None else enabled
+        self.drawn = draw
+        self._done = 0  # a disabled tqdm counts nothing
         self._bar = tqdm(total=total, desc=label, unit=unit, file=sys.stderr, disable=not draw,
                          dynamic_ncols=True, mininterval=0.5)  # fmt: skip
 
+    @property
+    def done(self) -> int:
+        """Steps counted so far."""
+        return self._done
+
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more steps done."""
+        self._done += n
         self._bar.update(n)
 
     def set_total(self, total: int) -> None:

@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from mnemoplan.server.app import create_app
 
     if settings.transport == "http":
-        where = f"MCP over http://{settings.http_host}:{settings.http_port}/mcp"
+        where = (f"MCP over http://{settings.http_host}:{settings.http_port}/mcp, the web view at "
+                 f"http://{settings.http_host}:{settings.http_port}/view (loopback callers only)")
     else:  # in a terminal, what looks like a prompt is a server waiting for its client
         where = "MCP over stdio: waiting for an MCP client on stdin"
         if sys.stdin is not None and sys.stdin.isatty():
