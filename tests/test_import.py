@@ -134,3 +134,17 @@ def test_unknown_and_broken_files(service: MemoryService, tmp_path: Path) -> Non
     broken.write_text('[{"title": "t", "mapping": {}}, {"title": ')
     with pytest.raises(InvalidInput, match="not valid JSON after element 0"):
         import_file(service, broken, fmt="chatgpt")
+
+
+def test_the_import_command_prints_a_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from mnemoplan.cli.main import main
+
+    monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
+    data = str(tmp_path / "data")
+    assert main(["import", "--data-dir", data, "--user", "me", str(FIXTURES / "claude_conversations.json")]) == 0
+    out = capsys.readouterr().out
+    assert "imported claude for user 'me': 1 conversation(s), 3 message(s)" in out
+    assert "3 stored, 0 already in memory" in out
+    assert "2 record(s) skipped:" in out and "conversation 1" in out
+    assert main(["import", "--data-dir", data, "--user", "me", str(FIXTURES / "claude_conversations.json")]) == 0
+    assert "0 stored, 3 already in memory" in capsys.readouterr().out
