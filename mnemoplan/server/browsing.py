@@ -24,10 +24,10 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 
 from mnemoplan.errors import MnemoError, Unavailable
-from mnemoplan.service.browse import MemoryBrowser, Page
 from mnemoplan.web.app import WebView
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the storage libraries load in the server's start-up thread, not at its import
+    from mnemoplan.service.browse import MemoryBrowser, Page
     from mnemoplan.service.service import MemoryService
 
 T = TypeVar("T")
@@ -68,6 +68,12 @@ async def _run(holder: Holder, fn: Callable[[MemoryService], T]) -> T:
     return await anyio.to_thread.run_sync(current.call, fn)
 
 
+def _browser(service: MemoryService) -> MemoryBrowser:
+    from mnemoplan.service.browse import MemoryBrowser
+
+    return MemoryBrowser(service.store)
+
+
 def _paged(page: Page, next_uri: str) -> str:
     body: dict[str, Any] = page.as_dict()
     body["next"] = f"{next_uri}offset={page.next_offset}" if page.next_offset is not None else None
@@ -86,21 +92,21 @@ def add_browsing(mcp: MCPServer, holder: Holder) -> None:
     @mcp.resource("memory://users", name="users", title="Users", mime_type=JSON,
                   description="Every user with a memory (ids to use in the other resources).")  # fmt: skip
     async def users() -> str:
-        found = await _read(lambda s: MemoryBrowser(s.store).users())
+        found = await _read(lambda s: _browser(s).users())
         return json.dumps({"users": found}, ensure_ascii=False)
 
     @mcp.resource("memory://{user_id}/sessions{?offset,limit}", name="sessions", title="Sessions", mime_type=JSON,
                   security=NAMES, description="A user's sessions, most recent first: id, first and last time, "
                   "number of messages, first words. Paged: offset, limit (default 50, max 500).")  # fmt: skip
     async def sessions(user_id: str, offset: int = 0, limit: int = 50) -> str:
-        page = await _read(lambda s: MemoryBrowser(s.store).sessions(user_id, offset=offset, limit=limit))
+        page = await _read(lambda s: _browser(s).sessions(user_id, offset=offset, limit=limit))
         return _paged(page, f"memory://{quote(user_id, safe='')}/sessions?limit={limit}&")
 
     @mcp.resource("memory://{user_id}/messages{?session_id,offset,limit}", name="messages", title="A session's messages",
                   mime_type=JSON, security=NAMES, description="The messages of one session (session_id), in order, "
                   "with speaker and time. Paged: offset, limit (default 100, max 500).")  # fmt: skip
     async def messages(user_id: str, session_id: str = "", offset: int = 0, limit: int = 100) -> str:
-        page = await _read(lambda s: MemoryBrowser(s.store).messages(user_id, session_id, offset=offset,
+        page = await _read(lambda s: _browser(s).messages(user_id, session_id, offset=offset,
                                                                           limit=limit))  # fmt: skip
         uri = f"memory://{quote(user_id, safe='')}/messages?session_id={quote(session_id, safe='')}&limit={limit}&"
         return _paged(page, uri)
@@ -109,7 +115,7 @@ def add_browsing(mcp: MCPServer, holder: Holder) -> None:
                   security=NAMES, description="A user's current facts, newest first, each with the older facts it "
                   "replaced (history) and its validity. Paged: offset, limit (default 100, max 500).")  # fmt: skip
     async def facts(user_id: str, offset: int = 0, limit: int = 100) -> str:
-        page = await _read(lambda s: MemoryBrowser(s.store).facts(user_id, offset=offset, limit=limit))
+        page = await _read(lambda s: _browser(s).facts(user_id, offset=offset, limit=limit))
         return _paged(page, f"memory://{quote(user_id, safe='')}/facts?limit={limit}&")
 
     @mcp.prompt(name="use_memory", title="Use long-term memory",

@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from starlette.applications import Starlette
@@ -22,14 +22,15 @@ from starlette.routing import Route
 
 from mnemoplan.errors import InvalidInput, MnemoError, NotFound
 from mnemoplan.model import DeepSearchResult, RecallResult
-from mnemoplan.service.browse import MemoryBrowser
-from mnemoplan.service.service import MemoryService
 from mnemoplan.web.access import Access, caller_access, same_origin
-from mnemoplan.web.pages import render
+
+if TYPE_CHECKING:  # the storage libraries load in the server's start-up thread, not at its import
+    from mnemoplan.service.browse import MemoryBrowser
+    from mnemoplan.service.service import MemoryService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-Call = Callable[[Callable[[MemoryService], Any]], Awaitable[Any]]  # runs fn(service) in a worker thread
+Call = Callable[[Callable[["MemoryService"], Any]], Awaitable[Any]]  # runs fn(service) in a worker thread
 STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {p.name for p in STATIC.iterdir() if p.suffix in (".js", ".css")} if STATIC.is_dir() else set()
 PAGE = 50
@@ -130,9 +131,13 @@ class WebView:
         return route
 
     def _html(self, template: str, **context: Any) -> str:
+        from mnemoplan.web.pages import render
+
         return render(template, base=self.prefix, **context)
 
     async def browse(self, fn: Callable[[MemoryBrowser], T]) -> T:
+        from mnemoplan.service.browse import MemoryBrowser
+
         return await self.call(lambda s: fn(MemoryBrowser(s.store)))
 
     # -- pages ---------------------------------------------------------------------------
