@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 service.close()
         assert first.stored == args.messages and again.stored == 0, (first.lines(), again.lines())
+        with (args.out / "runs.jsonl").open("a") as runs:  # each run as it ends: a long run is not lost
+            runs.write(json.dumps({"run": run + 1, "seconds": round(first.seconds, 2),
+                                   "reimport_seconds": round(again.seconds, 2)}) + "\n")  # fmt: skip
         firsts.append(first)
         repeats.append(again)
     result = {
