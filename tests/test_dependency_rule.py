@@ -3,8 +3,8 @@
 Layers, lowest first (a module may import its own layer's package and lower layers, never a
 sibling package of its own rank):
 
-    errors, config, runtime  <  model  <  extract, inference  <  storage  <  ingest, search
-    <  planner  <  service  <  server, bench  <  cli
+    errors, config, runtime, progress  <  model  <  extract, inference  <  storage  <  ingest, search
+    <  planner  <  service  <  transfer, web  <  server, bench  <  cli
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mnemoplan"
 RANK = {
-    "errors": 0, "config": 0, "runtime": 0,
+    "errors": 0, "config": 0, "runtime": 0, "progress": 0,
     "model": 1,
     "extract": 2, "inference": 2,
     "storage": 3,
     "ingest": 4, "search": 4,
     "planner": 5,
     "service": 6,
+    "transfer": 6.5, "web": 6.5,  # importers, export and the web view: over the service, under the server
     "server": 7, "bench": 7,
     "cli": 8,
     "__init__": 0, "__main__": 9,
@@ -37,6 +38,10 @@ OWNERS = {
     "transformers": {"inference/forward.py", "inference/embedder.py", "inference/cross_encoder.py"},
     "torch": {"inference/forward.py", "inference/embedder.py", "inference/cross_encoder.py"},
     "filelock": {"storage/lock.py"},
+    "tqdm": {"progress.py"},
+    "yaml": {"transfer/notes.py"},
+    "ijson": {"transfer/sources.py", "server/stdio.py"},
+    "jinja2": {"web/pages.py"},
     "platformdirs": {"config.py"},
     # The MCP server lives in server/; the bench drives it from outside with the SDK's client, as a host.
     "mcp": {"server/", "bench/probe.py"},

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"http_port": args.port})
     setup_logging(settings.log_level, settings.log_file)
     if settings.transport == "http":
-        where = f"MCP over http://{settings.http_host}:{settings.http_port}/mcp"
+        where = (f"MCP over http://{settings.http_host}:{settings.http_port}/mcp, the web view at "
+                 f"http://{settings.http_host}:{settings.http_port}/view (loopback callers only)")
     else:  # in a terminal, what looks like a prompt is a server waiting for its client
         where = "MCP over stdio: waiting for an MCP client on stdin"
         if sys.stdin is not None and sys.stdin.isatty():

@@ -455,12 +455,16 @@ def create_app(settings: Settings, factory: Callable[[], MemoryService] | None =
             embeddings.append(settings_embedding(settings))
         return build_service(settings, embedding=embeddings[0])
 
+    running: list[ServiceHolder] = []  # the web view's way to the service (it has no MCP context)
+
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[ServiceHolder]:
         holder = ServiceHolder(factory or default_factory)
+        running.append(holder)
         try:
             yield holder
         finally:
+            running.remove(holder)
             await anyio.to_thread.run_sync(holder.close)
 
     mcp = _MemoryServer(
@@ -472,6 +476,11 @@ def create_app(settings: Settings, factory: Callable[[], MemoryService] | None =
         log_level=settings.log_level,
         tools=memory_tools(),
     )
+
+    from mnemoplan.server.browsing import add_browsing, add_web_view
+
+    add_browsing(mcp, lambda: running[-1] if running else None)
+    add_web_view(mcp, lambda: running[-1] if running else None)
 
     async def on_initialized(ctx: Any, _: Any) -> None:
         ctx.lifespan_context.go()

@@ -1,0 +1,1 @@
+"""Bringing memory in and taking it out: importers of other tools' exports, and a lossless export."""
