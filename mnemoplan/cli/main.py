@@ -1,4 +1,4 @@
-"""The ``mnemoplan`` command: serve (default), config, reindex, search, stats, bench.
+"""The ``mnemoplan`` command: serve (default), config, reindex, search, stats, users, token, bench.
 
 The parser and the entry point; each command lives in a module of its own.
 """
@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from mnemoplan import __version__
-from mnemoplan.cli import bench, config, reindex, search, serve, stats
+from mnemoplan.cli import bench, config, reindex, search, serve, stats, token, users
 from mnemoplan.runtime import configure
 
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mnemoplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (serve, config, reindex, search, stats, bench):
+    for command in (serve, config, reindex, search, stats, users, token, bench):
         command.register(sub)
     return parser
 

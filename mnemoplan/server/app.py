@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
-from mnemoplan.errors import InvalidInput, MnemoError, ReadOnlyData, Unavailable, storage_failure
+from mnemoplan.errors import HolderGone, InvalidInput, MnemoError, ReadOnlyData, Unavailable, storage_failure
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
@@ -42,6 +42,8 @@ from mnemoplan.model import (
     UtcDatetime,
 )
 from mnemoplan.runtime import configure
+from mnemoplan.server.auth import auth_options, caller_user
+from mnemoplan.storage.tokens import TokenStore
 
 if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread (see ServiceHolder)
     from mnemoplan.inference.embedder import EmbeddingModel
@@ -124,18 +126,21 @@ class ServiceHolder:
             self._in_use -= 1
             self._cond.notify_all()
 
-    def _reopen(self, stale: MemoryService) -> bool:
+    def _reopen(self, stale: MemoryService, *, gone: bool = False) -> bool:
         """Replace a service that opened its data directory to read only, if the directory can be
-        written now; False if it cannot. Called with no call of this thread on the service."""
+        written now (False if it cannot), or (``gone``) a relay whose holder stopped: the data
+        directory is taken over, or relayed to the process that took it. Called with no call of
+        this thread on the service."""
         with self._cond:
             if self._service is not stale or self._building:
                 return True  # another call has replaced it already, or is replacing it
-            if not stale.writable_now():
+            if not gone and not stale.writable_now():
                 return False
             self._building = True  # new calls wait for the new service
             self._cond.wait_for(lambda: self._in_use == 0)
             self._service = None
-        log.info("the data directory can be written again: opening the memory service anew")
+        log.info("the process that held the data directory stopped: taking it over" if gone else
+                 "the data directory can be written again: opening the memory service anew")  # fmt: skip
         try:
             stale.close()
         except Exception:
@@ -147,7 +152,8 @@ class ServiceHolder:
         """Run ``fn(service)`` in this (worker) thread once the service is ready.
 
         A write that a read-only service refuses runs again, once, on a service opened anew if
-        the data directory can be written now.
+        the data directory can be written now; a call whose relay lost the process holding the
+        data directory runs again, once, on the service that takes over.
 
         Raises:
             MnemoError: start-up failed or is taking too long, or ``fn`` raised it.
@@ -163,6 +169,10 @@ class ServiceHolder:
             held = False
             if not self._reopen(service):
                 raise  # still read-only
+        except HolderGone:  # once: a remember retried is not stored twice (see MemoryService.remember)
+            self._release()
+            held = False
+            self._reopen(service, gone=True)
         finally:
             if held:
                 self._release()
@@ -193,11 +203,15 @@ def start_failure(error: BaseException) -> MnemoError:
                        hint="It is tried again at the next call.")  # fmt: skip
 
 
-async def call_service(ctx: Context, fn: Callable[[MemoryService], T]) -> T:
-    """Run one service call in a worker thread, mapping failures to tool errors."""
+async def call_service(
+    ctx: Context, fn: Callable[[MemoryService, str | None], T], user_id: str | None, *, write: bool
+) -> T:
+    """Run one service call in a worker thread, for the user the caller may reach (``caller_user``:
+    an HTTP token decides), mapping failures to tool errors."""
     holder: ServiceHolder = ctx.request_context.lifespan_context
     try:
-        return await anyio.to_thread.run_sync(holder.call, fn)
+        user = caller_user(user_id, write=write)
+        return await anyio.to_thread.run_sync(holder.call, lambda service: fn(service, user))
     except MnemoError as exc:
         raise ToolError(exc.to_text()) from None
     except Exception:
@@ -345,11 +359,12 @@ def memory_tools() -> list[Tool]:
 
         return await call_service(
             ctx,
-            lambda s: s.remember(
-                content=content, messages=messages, user_id=user_id, session_id=session_id,
+            lambda s, user: s.remember(
+                content=content, messages=messages, user_id=user, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
                 flush=flush, progress=progress,
             ),  # fmt: skip
+            user_id, write=True,
         )
 
     @tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
@@ -376,10 +391,11 @@ def memory_tools() -> list[Tool]:
         """Fast memory retrieval (milliseconds): ranked memories with per-signal scores and a context string to paste into your prompt."""
         return await call_service(
             ctx,
-            lambda s: s.recall(
-                query, user_id=user_id, limit=limit, project_id=project_id, time_range=time_range,
+            lambda s, user: s.recall(
+                query, user_id=user, limit=limit, project_id=project_id, time_range=time_range,
                 reference_time=reference_time, options=options, history=history,
             ),  # fmt: skip
+            user_id, write=False,
         )
 
     @tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
@@ -402,10 +418,11 @@ def memory_tools() -> list[Tool]:
         """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
         return await call_service(
             ctx,
-            lambda s: s.deep_search(
-                query, user_id=user_id, time_range=time_range, max_results=max_results, plan=plan,
+            lambda s, user: s.deep_search(
+                query, user_id=user, time_range=time_range, max_results=max_results, plan=plan,
                 project_id=project_id, reference_time=reference_time,
             ),  # fmt: skip
+            user_id, write=False,
         )
 
     @tool(
@@ -426,7 +443,8 @@ def memory_tools() -> list[Tool]:
         """Delete memories by id or by scope from every store, for real: old versions and index segments are purged."""
         return await call_service(
             ctx,
-            lambda s: s.forget(ids=ids, scope=scope, user_id=user_id, project_id=project_id, session_id=session_id),
+            lambda s, user: s.forget(ids=ids, scope=scope, user_id=user, project_id=project_id, session_id=session_id),
+            user_id, write=True,
         )
 
     @tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
@@ -436,24 +454,44 @@ def memory_tools() -> list[Tool]:
         user_id: UserId = None,
     ) -> ExplainPlanResult:
         """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
-        return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id))
+        return await call_service(ctx, lambda s, user: s.explain_plan(query, user_id=user), user_id, write=False)
 
     return tools
 
 
-def create_app(settings: Settings, factory: Callable[[], MemoryService] | None = None) -> MCPServer:
-    """The MCP server over ``settings``; ``factory`` builds the service (default: from settings)."""
+def create_app(
+    settings: Settings,
+    factory: Callable[[], MemoryService] | None = None,
+    *,
+    tokens: TokenStore | None = None,
+    base_url: str | None = None,
+) -> MCPServer:
+    """The MCP server over ``settings``; ``factory`` builds the service (default: from settings,
+    shared with every other process on the data directory: ``service.share``).
+
+    Args:
+        settings: The configuration.
+        factory: Builds the service.
+        tokens: Over HTTP, the bearer tokens callers must present (None: no authentication).
+        base_url: The server's public URL (``http://host:port``), for the protected-resource
+            metadata; required with ``tokens``.
+    """
     configure()  # a host may start the server without the command: process-wide settings first
 
     embeddings: list[EmbeddingModel] = []  # one: a service opened anew (see ServiceHolder) reuses the model
 
-    def default_factory() -> MemoryService:
+    def build() -> MemoryService:
         # Imported here, in the start-up thread: the storage libraries take a second to import.
         from mnemoplan.service.bootstrap import build_service, settings_embedding
 
-        if not embeddings:
+        if not embeddings:  # loaded only by the process that holds the data directory
             embeddings.append(settings_embedding(settings))
         return build_service(settings, embedding=embeddings[0])
+
+    def default_factory() -> MemoryService:
+        from mnemoplan.service.share import open_shared
+
+        return open_shared(settings.data_dir, build, settings.default_user_id)  # type: ignore[return-value]
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[ServiceHolder]:
@@ -471,6 +509,7 @@ def create_app(settings: Settings, factory: Callable[[], MemoryService] | None =
         lifespan=lifespan,
         log_level=settings.log_level,
         tools=memory_tools(),
+        **auth_options(tokens, base_url, settings.http_issuer_url),
     )
 
     async def on_initialized(ctx: Any, _: Any) -> None:
