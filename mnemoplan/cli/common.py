@@ -99,7 +99,7 @@ def open_service(
             from mnemoplan.service.share import open_shared
 
             return open_shared(settings.data_dir, lambda: build_service(settings), settings.default_user_id,
-                               wait_s=30.0)  # fmt: skip
+                               wait_s=60.0, unserved_wait_s=5.0)  # fmt: skip
         return build_service(settings)
     except MnemoError as exc:
         sys.exit(f"mnemoplan: {exc.to_text()}")

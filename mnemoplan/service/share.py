@@ -254,22 +254,25 @@ class RemoteService:
 
 
 def open_shared(
-    data_dir: Path, build: Callable[[], MemoryService], default_user_id: str, *, wait_s: float = 120.0
+    data_dir: Path, build: Callable[[], MemoryService], default_user_id: str, *, wait_s: float = 120.0,
+    unserved_wait_s: float = 10.0,
 ) -> MemoryService | RemoteService:
     """Relay to the process that holds ``data_dir``, or hold it: open the service with ``build``
     and serve it to the others.
 
-    A directory locked by a process that does not answer yet (it is opening the stores, or
-    has just been killed and the next one is taking over) is tried again for ``wait_s``.
+    A directory locked by a process that does not answer yet is tried again: for ``wait_s``
+    while a socket is left there (its holder was killed and another process is taking over,
+    repairing the stores first), for ``unserved_wait_s`` while there is none (a process is
+    opening the stores, or the holder serves nobody: a ``reindex``, an older mnemoplan).
 
     Raises:
-        DataDirLocked: Still locked, and nobody answering, after ``wait_s``.
+        DataDirLocked: Still locked, and nobody answering, after that.
         MnemoError: ``build`` failed otherwise.
     """
     if not CAN_SHARE:
         return build()
     path = socket_path(data_dir)
-    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
     while True:
         remote = RemoteService.connect(path, default_user_id) if path.exists() else None
         if remote is not None:
@@ -278,7 +281,7 @@ def open_shared(
         try:
             service = build()
         except DataDirLocked:
-            if time.monotonic() >= deadline:
+            if time.monotonic() - started >= (wait_s if path.exists() else unserved_wait_s):
                 raise
             time.sleep(0.2)
             continue
