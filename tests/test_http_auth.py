@@ -202,3 +202,12 @@ def test_loopback_without_tokens_serves_with_a_warning(tmp_path: Path) -> None:
     finally:
         stop(proc)
     assert "without authentication" in (tmp_path / "server.log").read_text()
+
+
+def test_the_sdk_host_and_origin_checks_stay_on(server: dict[str, Any]) -> None:
+    """DNS rebinding: a page on another site must not reach the server, even with a valid token."""
+    headers = {"Authorization": f"Bearer {server['admin']}", "Accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    host = httpx2.post(server["url"], json=body, headers={**headers, "Host": "evil.example"})
+    origin = httpx2.post(server["url"], json=body, headers={**headers, "Origin": "http://evil.example"})
+    assert host.status_code == 421 and origin.status_code == 403
