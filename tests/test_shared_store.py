@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from mnemoplan.errors import HolderGone
 from mnemoplan.service.share import RemoteService, socket_path
 from tests.conftest import make_service, server_env
 
@@ -59,7 +60,7 @@ def test_two_stdio_servers_and_the_cli_share_one_store_and_survive_a_kill(tmp_pa
             first = await stack.enter_async_context(Client(params, mode="legacy"))
             await ok(first, "remember", content="Ingrid lives in Trondheim", user_id="alice", session_id="a")
             acknowledged.append("Ingrid lives in Trondheim")
-            await wait_for(socket_path(data).exists, "the first server to serve the others")
+            await wait_for(lambda: holder_pid_or_none(data) is not None, "the first server to serve the others")
             pid_first = holder_pid(data)
 
             second = await stack.enter_async_context(Client(params, mode="legacy"))
@@ -115,5 +116,9 @@ def test_two_stdio_servers_and_the_cli_share_one_store_and_survive_a_kill(tmp_pa
 
 
 def holder_pid_or_none(data: Path) -> int | None:
-    remote = RemoteService.connect(socket_path(data), "default") if socket_path(data).exists() else None
-    return remote._request({"method": "ping"}) if remote is not None else None
+    """The pid of the process serving the data directory, or None while nobody does."""
+    try:
+        remote = RemoteService.connect(socket_path(data), "default")
+        return remote._request({"method": "ping"}) if remote is not None else None
+    except HolderGone:
+        return None

@@ -164,7 +164,8 @@ def _closest(name: str, arguments: Sequence[str]) -> str:
 
 UserId = Annotated[
     str | None,
-    Field(description="Whose memory; left out, the server's configured user (an empty string is an error)."),
+    Field(description="Whose memory; left out, the server's configured user, or over HTTP the token's user "
+                      "(an empty string is an error; another user than the token's is forbidden)."),
 ]
 
 
