@@ -29,6 +29,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -79,6 +80,11 @@ def _adapter(method: str, name: str) -> TypeAdapter[Any]:
     return TypeAdapter(get_type_hints(getattr(MemoryService, method))[name])
 
 
+@cache
+def _result_adapter(method: str) -> TypeAdapter[Any]:
+    return TypeAdapter(RESULTS[method])  # built once: building one costs more than the call's validation
+
+
 def _error_reply(exc: MnemoError) -> dict[str, Any]:
     return {"error": {"class": type(exc).__name__, "code": exc.code, "message": exc.message, "hint": exc.hint}}
 
@@ -111,6 +117,9 @@ class ShareServer:
         self._sock.listen(64)
         self._inode = os.stat(path).st_ino
         self._closed = False
+        # Threads kept between calls: a new thread per call made each recall slower (the storage and
+        # inference libraries keep per-thread state), and bounds how many calls run at once.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mnemoplan-share-call")
         threading.Thread(target=self._accept, name="mnemoplan-share", daemon=True).start()
         log.info("serving other processes on %s", path)
 
@@ -120,7 +129,7 @@ class ShareServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            threading.Thread(target=self._serve, args=(conn,), name="mnemoplan-share-call", daemon=True).start()
+            self._pool.submit(self._serve, conn)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
@@ -160,6 +169,7 @@ class ShareServer:
     def close(self) -> None:
         """Stop listening; remove the socket file unless another holder has replaced it."""
         self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
         try:
             self._sock.close()
         finally:
@@ -226,7 +236,7 @@ class RemoteService:
         if "user_id" in inspect.signature(getattr(MemoryService, method)).parameters and sent.get("user_id") is None:
             sent["user_id"] = self.default_user_id
         result = self._request({"method": method, "kwargs": to_jsonable_python(sent)})
-        return TypeAdapter(RESULTS[method]).validate_python(result)
+        return _result_adapter(method).validate_python(result)
 
     def remember(self, *args: Any, **kwargs: Any) -> RememberResult:
         return self._call("remember", *args, **kwargs)
