@@ -20,6 +20,7 @@ Windows before AF_UNIX support has no socket to share: a second process there fa
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -167,11 +168,14 @@ class ShareServer:
                                            "that holds the data directory.", code="internal_error"))  # fmt: skip
 
     def close(self) -> None:
-        """Stop listening; remove the socket file unless another holder has replaced it."""
+        """Stop listening, let the calls under way finish; remove the socket file unless another
+        holder has replaced it."""
         self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
         try:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone does not)
             self._sock.close()
+            self._pool.shutdown(wait=True)  # calls under way finish before the stores close
         finally:
             try:
                 if os.stat(self.path).st_ino == self._inode:
