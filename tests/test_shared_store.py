@@ -122,3 +122,33 @@ def holder_pid_or_none(data: Path) -> int | None:
         return remote._request({"method": "ping"}) if remote is not None else None
     except HolderGone:
         return None
+
+
+def test_an_http_server_relays_to_a_stdio_holder_with_its_tokens_in_force(tmp_path: Path) -> None:
+    from mnemoplan.storage.tokens import TokenStore
+    from tests.test_http_auth import run as http_run
+    from tests.test_http_auth import start_http, stop
+
+    data = tmp_path / "data"
+    alice, _ = TokenStore(data).create(user_id="alice")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mnemoplan", "serve"], env=server_env(data))
+
+    async def holder_and_http() -> None:
+        async with Client(params, mode="legacy") as local:
+            await ok(local, "remember", content="Bob's bees swarmed", user_id="bob")
+            await wait_for(lambda: holder_pid_or_none(data) is not None, "the stdio server to serve the others")
+            proc, base = await anyio.to_thread.run_sync(start_http, data)
+            try:
+
+                async def as_alice(client: Any) -> None:
+                    await ok(client, "remember", content="Alice tunes her cello")
+                    denied = await client.call_tool("recall", {"query": "bees", "user_id": "bob"})
+                    assert denied.is_error and "[forbidden]" in denied.content[0].text
+
+                await anyio.to_thread.run_sync(http_run, f"{base}/mcp", alice, as_alice)
+            finally:
+                await anyio.to_thread.run_sync(stop, proc)
+            found = await ok(local, "recall", query="What does Alice tune?", user_id="alice")
+            assert "Alice tunes her cello" in texts(found)
+
+    anyio.run(holder_and_http)
