@@ -80,3 +80,29 @@ def test_the_relay_answers_as_the_service_does(tmp_path: Path, capsys: pytest.Ca
 
 def test_forbidden_is_an_expected_failure() -> None:
     assert Forbidden("x").code == "forbidden" and not Forbidden("x").retryable
+
+
+def test_without_unix_sockets_the_relay_uses_loopback_tcp_and_a_private_secret(tmp_path: Path) -> None:
+    """Windows' fallback, run here by naming the port file instead of the socket."""
+    import json
+    import socket
+
+    from mnemoplan.service.share import PORT_FILE
+
+    data = tmp_path / "data"
+    service = make_service(data)
+    where = data / PORT_FILE
+    server = ShareServer(service, where)
+    try:
+        assert stat.S_IMODE(where.stat().st_mode) == 0o600
+        remote = RemoteService(where, "alice")
+        assert remote.remember(content="Kofi rows on Sundays").stored == 1
+        assert remote.recall("Who rows?").items[0].text == "Kofi rows on Sundays"
+        port = json.loads(where.read_text())["port"]
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # without the secret: no answer
+            sock.sendall(json.dumps({"method": "users", "secret": "guess"}).encode() + b"\n")
+            assert sock.makefile("rb").readline() == b""
+    finally:
+        server.close()
+        service.close()
+    assert not where.exists()

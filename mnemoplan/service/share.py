@@ -14,19 +14,24 @@ if another process was quicker, relays to that one). Every write the holder ackn
 the log: LanceDB commits a write before it returns, and the overlays are repaired from the
 log's journal when the next holder opens the stores.
 
-Windows before AF_UNIX support has no socket to share: a second process there fails with
-``data_dir_locked`` as before.
+Where Python has no AF_UNIX (Windows), the holder listens on a loopback TCP port instead and
+writes the port with a random secret to ``serve.port`` (mode 0600, written atomically); a relay
+reads both from the file and sends the secret with each call, so only who can read the data
+directory can call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import inspect
 import json
 import logging
 import os
+import secrets
 import socket
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -53,18 +58,35 @@ from mnemoplan.service.service import MemoryService
 log = logging.getLogger(__name__)
 
 SOCKET_FILE = "serve.sock"
+PORT_FILE = "serve.port"  # where there is no AF_UNIX: {"port": ..., "secret": ...}
 # What a relaying process may ask, and what each answers.
 RESULTS: dict[str, Any] = {
     "remember": RememberResult, "recall": RecallResult, "deep_search": DeepSearchResult,
     "forget": ForgetReceipt, "explain_plan": ExplainPlanResult, "users": list[UserSummary],
 }  # fmt: skip
 _LOCAL_ONLY = {"progress"}  # callbacks stay in the relaying process
-CAN_SHARE = hasattr(socket, "AF_UNIX")
+CAN_UNIX = hasattr(socket, "AF_UNIX")
 
 
 def socket_path(data_dir: Path) -> Path:
-    """Where the holder of ``data_dir`` listens."""
-    return data_dir / SOCKET_FILE
+    """Where the holder of ``data_dir`` listens: its Unix socket, or the file naming its TCP port."""
+    return data_dir / (SOCKET_FILE if CAN_UNIX else PORT_FILE)
+
+
+def _over_tcp(path: Path) -> bool:
+    return path.name == PORT_FILE
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, readable by this OS user only."""
+    fd, tmp = tempfile.mkstemp(prefix=".serve-", dir=path.parent)  # mkstemp: mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _peer_uid(conn: socket.socket) -> int | None:
@@ -109,13 +131,19 @@ class ShareServer:
         self._service = service
         self.path = path
         path.unlink(missing_ok=True)  # this process holds the lock: whatever is there is stale
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket file is created 0600: no moment when others may connect
-        try:
-            self._sock.bind(str(path))
-        finally:
-            os.umask(old)
-        self._sock.listen(64)
+        self._secret: str | None = None
+        if _over_tcp(path):
+            self._sock = socket.create_server(("127.0.0.1", 0))
+            self._secret = secrets.token_urlsafe(32)
+            _write_private(path, json.dumps({"port": self._sock.getsockname()[1], "secret": self._secret}))
+        else:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)  # the socket file is created 0600: no moment when others may connect
+            try:
+                self._sock.bind(str(path))
+            finally:
+                os.umask(old)
+            self._sock.listen(64)
         self._inode = os.stat(path).st_ino
         self._closed = False
         # Threads kept between calls: a new thread per call made each recall slower (the storage and
@@ -135,7 +163,7 @@ class ShareServer:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                uid = _peer_uid(conn)
+                uid = _peer_uid(conn) if self._secret is None else None
                 if uid is not None and uid != os.getuid():
                     log.warning("refused a connection from user id %d on %s", uid, self.path)
                     return
@@ -143,7 +171,11 @@ class ShareServer:
                     line = reader.readline()
                 if not line:
                     return
-                conn.sendall(json.dumps(self._answer(json.loads(line))).encode() + b"\n")
+                request = json.loads(line)
+                if self._secret is not None and not hmac.compare_digest(str(request.get("secret", "")), self._secret):
+                    log.warning("refused a call without the secret of %s", self.path)
+                    return
+                conn.sendall(json.dumps(self._answer(request)).encode() + b"\n")
             except OSError:
                 log.info("a relaying process went away before its answer")
 
@@ -217,13 +249,20 @@ class RemoteService:
 
     def _request(self, request: dict[str, Any]) -> Any:
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(self._timeout_s)
-                sock.connect(str(self.path))
+            if _over_tcp(self.path):
+                where = json.loads(self.path.read_text(encoding="utf-8"))
+                request = {**request, "secret": where["secret"]}
+                sock = socket.create_connection(("127.0.0.1", int(where["port"])), timeout=self._timeout_s)
+            else:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            with sock:
+                if not _over_tcp(self.path):
+                    sock.settimeout(self._timeout_s)
+                    sock.connect(str(self.path))
                 sock.sendall(json.dumps(request).encode() + b"\n")
                 with sock.makefile("rb") as reader:
                     line = reader.readline()
-        except (OSError, ValueError) as exc:  # refused, reset, no such file, timed out
+        except (OSError, ValueError, KeyError) as exc:  # refused, reset, no such file, timed out
             raise HolderGone(f"The process that holds the data directory stopped answering ({exc}).",
                              hint="Retry: another process takes the data directory over.") from None  # fmt: skip
         if not line:
@@ -283,8 +322,6 @@ def open_shared(
         DataDirLocked: Still locked, and nobody answering, after that.
         MnemoError: ``build`` failed otherwise.
     """
-    if not CAN_SHARE:
-        return build()
     path = socket_path(data_dir)
     started = time.monotonic()
     while True:
