@@ -11,8 +11,10 @@ are the service's own, already validated by the relaying process's tools.
 When the holder exits, even killed, the kernel lets go of its lock and the relaying process's
 call fails with ``HolderGone``; ``open_shared`` then takes the lock and becomes the holder (or,
 if another process was quicker, relays to that one). Every write the holder acknowledged is in
-the log: LanceDB commits a write before it returns, and the overlays are repaired from the
-log's journal when the next holder opens the stores.
+the log: LanceDB has written a write's files and its new version before it returns, so a
+killed process loses none of it (tests/test_shared_store.py; a power cut, which needs fsync,
+is not covered), and the overlays are repaired from the journal when the next holder opens
+the stores.
 
 Where Python has no AF_UNIX (Windows), the holder listens on a loopback TCP port instead and
 writes the port with a random secret to ``serve.port`` (mode 0600, written atomically); a relay
