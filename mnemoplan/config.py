@@ -131,6 +131,18 @@ class Settings(BaseSettings):
     transport: Literal["stdio", "http"] = "stdio"
     http_host: str = "127.0.0.1"
     http_port: int = Field(8765, ge=1, le=65535)
+    http_public_url: str | None = Field(
+        None, description="The URL hosts reach the HTTP server at, e.g. https://memory.example.com "
+        "(default http://host:port); named in the OAuth protected-resource metadata.",
+    )
+    http_issuer_url: str | None = Field(
+        None, description="An external OAuth authorization server, for the protected-resource metadata "
+        "(default: the server itself, which issues its own tokens: `mnemoplan token create`).",
+    )
+    http_allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names the HTTP server may be reached by (the Host/Origin "
+        "checks against DNS rebinding); on loopback, 127.0.0.1, localhost and [::1] are allowed anyway.",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_file: Path | None = Field(None, description="Log here instead of stderr.")
 

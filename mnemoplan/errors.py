@@ -71,6 +71,17 @@ class Unavailable(MnemoError):
     retryable = True
 
 
+class Forbidden(MnemoError):
+    """The caller's credentials do not allow this call (another user's memory, a write with a
+    read-only token); nothing was read or changed."""
+
+    code = "forbidden"
+
+
+class HolderGone(Unavailable):
+    """The process that holds the data directory, which this one relays to, stopped during a call."""
+
+
 class DataDirLocked(MnemoError):
     """Another process owns the data directory."""
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # both import pydantic, the storage libraries or torch: each command loads what it needs
     from mnemoplan.config import Settings
     from mnemoplan.service.service import MemoryService
+    from mnemoplan.service.share import RemoteService
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, user_help: str = "") -> None:
@@ -70,9 +71,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         sys.exit(f"mnemoplan: invalid configuration:\n{exc}")
 
 
-def open_service(args: argparse.Namespace, *, existing: bool = False) -> MemoryService:
+def open_service(
+    args: argparse.Namespace, *, existing: bool = False, shared: bool = False
+) -> MemoryService | RemoteService:
     """The service over the data directory; with ``existing``, one that must hold a memory
     already (a search in a mistyped directory is an error, not an empty store made there).
+    With ``shared``, a data directory a server holds is reached through that server
+    (``service.share``) instead of failing with ``data_dir_locked``.
 
     Raises:
         NotFound: With ``existing``, when the data directory does not exist.
@@ -90,6 +95,11 @@ def open_service(args: argparse.Namespace, *, existing: bool = False) -> MemoryS
     from mnemoplan.service.bootstrap import build_service
 
     try:
+        if shared:
+            from mnemoplan.service.share import open_shared
+
+            return open_shared(settings.data_dir, lambda: build_service(settings), settings.default_user_id,
+                               wait_s=60.0, unserved_wait_s=5.0)  # fmt: skip
         return build_service(settings)
     except MnemoError as exc:
         sys.exit(f"mnemoplan: {exc.to_text()}")

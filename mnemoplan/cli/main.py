@@ -1,4 +1,5 @@
-"""The ``mnemoplan`` command: serve (default), config, reindex, search, stats, bench, import, export, view.
+"""The ``mnemoplan`` command: serve (default), config, reindex, search, stats, users, token, bench, import,
+export, view.
 
 The parser and the entry point; each command lives in a module of its own.
 """
@@ -9,7 +10,7 @@ import argparse
 import sys
 
 from mnemoplan import __version__
-from mnemoplan.cli import bench, config, reindex, search, serve, stats, transfer, view
+from mnemoplan.cli import bench, config, reindex, search, serve, stats, token, transfer, users, view
 from mnemoplan.runtime import configure
 
 
@@ -21,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mnemoplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (serve, config, reindex, search, stats, bench, transfer, view):
+    for command in (serve, config, reindex, search, stats, users, token, bench, transfer, view):
         command.register(sub)
     return parser
 

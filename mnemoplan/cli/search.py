@@ -10,7 +10,7 @@ from mnemoplan.cli.common import add_common_arguments, open_service
 
 def run(args: argparse.Namespace) -> int:
     """Run one recall (or deep search) from the shell and print the results with per-phase timings."""
-    service = open_service(args, existing=True)
+    service = open_service(args, existing=True, shared=True)
     try:
         if service.embedder is not None:  # loaded first: the timings are the search's, not the model's load
             service.embedder.embed(["warm up"])

@@ -6,9 +6,13 @@ import argparse
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from mnemoplan import __version__
 from mnemoplan.cli.common import add_common_arguments, settings_from_args, setup_logging
+
+if TYPE_CHECKING:
+    from mnemoplan.config import Settings
 
 
 class Stopped(KeyboardInterrupt):
@@ -56,14 +60,23 @@ def run(args: argparse.Namespace) -> int:
         where = "MCP over stdio: waiting for an MCP client on stdin"
         if sys.stdin is not None and sys.stdin.isatty():
             where += " (this is no prompt; Ctrl-C or Ctrl-D stops the server)"
+    options: dict = {}
+    if settings.transport == "http":
+        options = http_options(settings)
+        if options["tokens"] is not None:
+            where += " (bearer token required: `mnemoplan token create`)"
     try:  # a stop can come at any moment, the imports included
         from mnemoplan.server.app import create_app
 
         memory = f"memory in {settings.data_dir} (default user {settings.default_user_id!r})"
         print(f"mnemoplan {__version__}: {memory}; {where}", file=sys.stderr, flush=True)
-        app = create_app(settings)
+        app = create_app(settings, tokens=options.get("tokens"), base_url=options.get("base_url"))
         if settings.transport == "http":
-            app.run("streamable-http", host=settings.http_host, port=settings.http_port)
+            from mnemoplan.server.auth import transport_security
+
+            security = transport_security(settings.http_host, settings.http_port, settings.http_allowed_hosts)
+            app.run("streamable-http", host=settings.http_host, port=settings.http_port,
+                    transport_security=security)  # fmt: skip
         else:
             import anyio
 
@@ -76,6 +89,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"mnemoplan: stopped ({how})", file=sys.stderr, flush=True)
         return 128 + signum
     return 0
+
+
+def http_options(settings: Settings) -> dict:
+    """The HTTP server's tokens and public URL. Without tokens, only a loopback address is served
+    (with a warning): any other would give every user's memory to whoever reaches the port.
+
+    Raises:
+        SystemExit: A non-loopback address and no token.
+    """
+    from mnemoplan.server.auth import is_loopback
+    from mnemoplan.storage.tokens import TokenStore
+
+    tokens = TokenStore(settings.data_dir)
+    host = settings.http_host
+    shown = f"[{host}]" if ":" in host else host
+    base_url = (settings.http_public_url or f"http://{shown}:{settings.http_port}").rstrip("/")
+    if tokens.configured():
+        return {"tokens": tokens, "base_url": base_url}
+    if not is_loopback(host):
+        sys.exit(f"mnemoplan: refusing to serve HTTP on {host} without authentication: anyone who reaches the "
+                 f"port could read and delete every user's memory. Create a token first (`mnemoplan token create "
+                 f"--user NAME` or `--admin`, same --data-dir), or serve on 127.0.0.1.")  # fmt: skip
+    print(f"mnemoplan: warning: HTTP without authentication on {host}: every local process can reach every "
+          "user's memory. Create a token (`mnemoplan token create`) and restart to require one.",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return {"tokens": None, "base_url": base_url}
 
 
 def _port(text: str) -> int:
@@ -93,6 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the MCP server (stdio unless --http)", description=run.__doc__)
     add_common_arguments(p)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1; any other address needs a token: "
+                                  "`mnemoplan token create`)")
     p.add_argument("--port", type=_port, help="HTTP port (default 8765)")
     p.set_defaults(func=run)

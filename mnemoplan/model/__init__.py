@@ -38,6 +38,7 @@ from mnemoplan.model.results import (
     RememberResult,
     SignalStat,
     StepReport,
+    UserSummary,
 )
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "RememberResult",
     "SignalStat",
     "StepReport",
+    "UserSummary",
     "TimeRange",
     "TimeWindow",
     "UtcDatetime",

@@ -169,3 +169,11 @@ class ExplainPlanResult(BaseModel):
     indexes: list[IndexDescriptor]
     planner_instructions: str
     plan_schema: dict[str, Any] = Field(default_factory=dict, description="JSON schema of a QueryPlan.")
+
+
+class UserSummary(BaseModel):
+    """One user a store holds: ``mnemoplan users``."""
+
+    user_id: str
+    records: int = Field(description="Stored records: messages, facts and what was derived from them.")
+    sessions: int = Field(description="Distinct sessions.")

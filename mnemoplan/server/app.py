@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import UnionType
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoplan import __version__
 from mnemoplan.config import Settings
-from mnemoplan.errors import InvalidInput, MnemoError, ReadOnlyData, Unavailable, storage_failure
+from mnemoplan.errors import InvalidInput, MnemoError
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
@@ -42,6 +41,9 @@ from mnemoplan.model import (
     UtcDatetime,
 )
 from mnemoplan.runtime import configure
+from mnemoplan.server.auth import auth_options, caller_user
+from mnemoplan.server.holder import ServiceHolder
+from mnemoplan.storage.tokens import TokenStore
 
 if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread (see ServiceHolder)
     from mnemoplan.inference.embedder import EmbeddingModel
@@ -57,147 +59,15 @@ answering anything that may depend on the past (it is fast: call it every turn a
 runs, and `forget` when the user asks you to delete something. Every call is scoped to a user_id."""
 
 
-class ServiceHolder:
-    """Builds the memory service in the background and hands it to tools once ready.
-
-    The build (importing torch and the storage libraries, opening the stores) holds the
-    GIL for long stretches; started at once, it delayed the answer to ``initialize`` by most
-    of the build. It therefore waits for the handshake to finish (``go``), for a first tool call,
-    or at most ``start_after_s``.
-
-    Nothing that failed stays failed until a restart: a start-up that failed is tried again
-    by the next tool call (the data directory may have been unlocked, given room or made
-    writable since), and a service that could only open its data directory to read is
-    opened anew by the first write that finds the directory writable.
-    """
-
-    def __init__(self, factory: Callable[[], MemoryService], *, start_after_s: float = 1.0) -> None:
-        self._factory = factory
-        self._cond = threading.Condition()
-        self._service: MemoryService | None = None
-        self._error: BaseException | None = None
-        self._building = False
-        self._in_use = 0  # calls running on the service: a replacement waits for them
-        self._go = threading.Event()
-        self._start(start_after_s)
-
-    def go(self) -> None:
-        """Start building now (the client has finished the handshake, or needs the service)."""
-        self._go.set()
-
-    def _start(self, wait_s: float) -> None:
-        """Build in the background (called at first, or under the condition's lock)."""
-        self._building = True
-        threading.Thread(target=self._build, args=(wait_s,), name="mnemoplan-startup", daemon=True).start()
-
-    def _build(self, wait_s: float) -> None:
-        self._go.wait(wait_s)
-        service: MemoryService | None = None
-        error: BaseException | None = None
-        try:
-            service = self._factory()
-        except BaseException as exc:
-            error = exc
-            if isinstance(exc, MnemoError) or storage_failure(exc) is not None:
-                log.warning("the memory service could not start: %s", exc)
-            else:
-                log.exception("the memory service could not start")
-        with self._cond:
-            self._service, self._error, self._building = service, error, False
-            self._cond.notify_all()
-
-    def _acquire(self, timeout_s: float) -> MemoryService:
-        self.go()
-        with self._cond:
-            if not self._building and self._error is not None:
-                self._start(0.0)  # try again: what made it fail may be gone
-            if not self._cond.wait_for(lambda: not self._building, timeout_s):
-                raise Unavailable("The memory service is still starting.", hint="Retry in a few seconds.")
-            if self._error is not None:
-                raise start_failure(self._error)
-            assert self._service is not None  # built, since no error was kept
-            self._in_use += 1
-            return self._service
-
-    def _release(self) -> None:
-        with self._cond:
-            self._in_use -= 1
-            self._cond.notify_all()
-
-    def _reopen(self, stale: MemoryService) -> bool:
-        """Replace a service that opened its data directory to read only, if the directory can be
-        written now; False if it cannot. Called with no call of this thread on the service."""
-        with self._cond:
-            if self._service is not stale or self._building:
-                return True  # another call has replaced it already, or is replacing it
-            if not stale.writable_now():
-                return False
-            self._building = True  # new calls wait for the new service
-            self._cond.wait_for(lambda: self._in_use == 0)
-            self._service = None
-        log.info("the data directory can be written again: opening the memory service anew")
-        try:
-            stale.close()
-        except Exception:
-            log.exception("the read-only memory service did not close cleanly")
-        self._build(0.0)
-        return True
-
-    def call(self, fn: Callable[[MemoryService], T], *, timeout_s: float = 120.0) -> T:
-        """Run ``fn(service)`` in this (worker) thread once the service is ready.
-
-        A write that a read-only service refuses runs again, once, on a service opened anew if
-        the data directory can be written now.
-
-        Raises:
-            MnemoError: start-up failed or is taking too long, or ``fn`` raised it.
-        """
-        service = self._acquire(timeout_s)
-        held = True
-        try:
-            return fn(service)
-        except ReadOnlyData:
-            if not service.read_only:
-                raise
-            self._release()
-            held = False
-            if not self._reopen(service):
-                raise  # still read-only
-        finally:
-            if held:
-                self._release()
-        service = self._acquire(timeout_s)
-        try:
-            return fn(service)
-        finally:
-            self._release()
-
-    def close(self) -> None:
-        """Wait for start-up to settle, then close the service."""
-        self._go.set()
-        with self._cond:
-            self._cond.wait_for(lambda: not self._building)
-            service, self._service = self._service, None
-        if service is not None:
-            service.close()
-
-
-def start_failure(error: BaseException) -> MnemoError:
-    """What a tool call is told when the service could not start."""
-    if isinstance(error, MnemoError):
-        return error
-    failure = storage_failure(error, "start-up")
-    if failure is not None:
-        return failure
-    return Unavailable("The memory service failed to start; see the server log.",
-                       hint="It is tried again at the next call.")  # fmt: skip
-
-
-async def call_service(ctx: Context, fn: Callable[[MemoryService], T]) -> T:
-    """Run one service call in a worker thread, mapping failures to tool errors."""
+async def call_service(
+    ctx: Context, fn: Callable[[MemoryService, str | None], T], user_id: str | None, *, write: bool
+) -> T:
+    """Run one service call in a worker thread, for the user the caller may reach (``caller_user``:
+    an HTTP token decides), mapping failures to tool errors."""
     holder: ServiceHolder = ctx.request_context.lifespan_context
     try:
-        return await anyio.to_thread.run_sync(holder.call, fn)
+        user = caller_user(user_id, write=write)
+        return await anyio.to_thread.run_sync(holder.call, lambda service: fn(service, user))
     except MnemoError as exc:
         raise ToolError(exc.to_text()) from None
     except Exception:
@@ -294,7 +164,8 @@ def _closest(name: str, arguments: Sequence[str]) -> str:
 
 UserId = Annotated[
     str | None,
-    Field(description="Whose memory; left out, the server's configured user (an empty string is an error)."),
+    Field(description="Whose memory; left out, the server's configured user, or over HTTP the token's user "
+                      "(an empty string is an error; another user than the token's is forbidden)."),
 ]
 
 
@@ -345,11 +216,12 @@ def memory_tools() -> list[Tool]:
 
         return await call_service(
             ctx,
-            lambda s: s.remember(
-                content=content, messages=messages, user_id=user_id, session_id=session_id,
+            lambda s, user: s.remember(
+                content=content, messages=messages, user_id=user, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
                 flush=flush, progress=progress,
             ),  # fmt: skip
+            user_id, write=True,
         )
 
     @tool(title="Recall", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
@@ -376,10 +248,11 @@ def memory_tools() -> list[Tool]:
         """Fast memory retrieval (milliseconds): ranked memories with per-signal scores and a context string to paste into your prompt."""
         return await call_service(
             ctx,
-            lambda s: s.recall(
-                query, user_id=user_id, limit=limit, project_id=project_id, time_range=time_range,
+            lambda s, user: s.recall(
+                query, user_id=user, limit=limit, project_id=project_id, time_range=time_range,
                 reference_time=reference_time, options=options, history=history,
             ),  # fmt: skip
+            user_id, write=False,
         )
 
     @tool(title="Deep memory search", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
@@ -402,10 +275,11 @@ def memory_tools() -> list[Tool]:
         """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
         return await call_service(
             ctx,
-            lambda s: s.deep_search(
-                query, user_id=user_id, time_range=time_range, max_results=max_results, plan=plan,
+            lambda s, user: s.deep_search(
+                query, user_id=user, time_range=time_range, max_results=max_results, plan=plan,
                 project_id=project_id, reference_time=reference_time,
             ),  # fmt: skip
+            user_id, write=False,
         )
 
     @tool(
@@ -426,7 +300,8 @@ def memory_tools() -> list[Tool]:
         """Delete memories by id or by scope from every store, for real: old versions and index segments are purged."""
         return await call_service(
             ctx,
-            lambda s: s.forget(ids=ids, scope=scope, user_id=user_id, project_id=project_id, session_id=session_id),
+            lambda s, user: s.forget(ids=ids, scope=scope, user_id=user, project_id=project_id, session_id=session_id),
+            user_id, write=True,
         )
 
     @tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
@@ -436,24 +311,44 @@ def memory_tools() -> list[Tool]:
         user_id: UserId = None,
     ) -> ExplainPlanResult:
         """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
-        return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id))
+        return await call_service(ctx, lambda s, user: s.explain_plan(query, user_id=user), user_id, write=False)
 
     return tools
 
 
-def create_app(settings: Settings, factory: Callable[[], MemoryService] | None = None) -> MCPServer:
-    """The MCP server over ``settings``; ``factory`` builds the service (default: from settings)."""
+def create_app(
+    settings: Settings,
+    factory: Callable[[], MemoryService] | None = None,
+    *,
+    tokens: TokenStore | None = None,
+    base_url: str | None = None,
+) -> MCPServer:
+    """The MCP server over ``settings``; ``factory`` builds the service (default: from settings,
+    shared with every other process on the data directory: ``service.share``).
+
+    Args:
+        settings: The configuration.
+        factory: Builds the service.
+        tokens: Over HTTP, the bearer tokens callers must present (None: no authentication).
+        base_url: The server's public URL (``http://host:port``), for the protected-resource
+            metadata; required with ``tokens``.
+    """
     configure()  # a host may start the server without the command: process-wide settings first
 
     embeddings: list[EmbeddingModel] = []  # one: a service opened anew (see ServiceHolder) reuses the model
 
-    def default_factory() -> MemoryService:
+    def build() -> MemoryService:
         # Imported here, in the start-up thread: the storage libraries take a second to import.
         from mnemoplan.service.bootstrap import build_service, settings_embedding
 
-        if not embeddings:
+        if not embeddings:  # loaded only by the process that holds the data directory
             embeddings.append(settings_embedding(settings))
         return build_service(settings, embedding=embeddings[0])
+
+    def default_factory() -> MemoryService:
+        from mnemoplan.service.share import open_shared
+
+        return open_shared(settings.data_dir, build, settings.default_user_id)  # type: ignore[return-value]
 
     running: list[ServiceHolder] = []  # the web view's way to the service (it has no MCP context)
 
@@ -475,6 +370,7 @@ def create_app(settings: Settings, factory: Callable[[], MemoryService] | None =
         lifespan=lifespan,
         log_level=settings.log_level,
         tools=memory_tools(),
+        **auth_options(tokens, base_url, settings.http_issuer_url),
     )
 
     from mnemoplan.server.browsing import add_browsing, add_web_view

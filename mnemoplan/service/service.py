@@ -35,6 +35,7 @@ from mnemoplan.model import (
     RecallResult,
     RememberResult,
     TimeRange,
+    UserSummary,
     as_utc,
     check_record_ids,
     check_scope,
@@ -131,6 +132,7 @@ class MemoryService:
         self.default_user_id = default_user_id
         self.ingestor = ingestor
         self.search_log = search_log
+        self.on_close: list[Callable[[], None]] = []
 
     @property
     def read_only(self) -> bool:
@@ -452,8 +454,13 @@ class MemoryService:
         result.plan_schema["properties"]["max_results"]["maximum"] = self.limits.deep_max_results
         return result
 
+    def users(self) -> list[UserSummary]:
+        """Every user the store holds, with their records and sessions."""
+        return [UserSummary(user_id=u, records=r, sessions=s) for u, (r, s) in self.store.log.user_counts().items()]
+
     def close(self) -> None:
-        """Release every store (each is closed even when another fails to close)."""
+        """Release every store (each is closed even when another fails to close); what was
+        registered in ``on_close`` (serving other processes) goes first."""
         with ExitStack() as closing:
             closing.callback(self.store.close)
             if self.search_log is not None:
@@ -461,6 +468,8 @@ class MemoryService:
             if self.extraction is not None:
                 closing.callback(self.extraction.close)
             closing.callback(self.deep.close)
+            for fn in self.on_close:
+                closing.callback(fn)
 
 
 def search_summary(result: RecallResult | DeepSearchResult) -> dict[str, Any]:

@@ -183,6 +183,21 @@ class LanceLog:
         rows = self.select(RecordFilter(user_id, ids=tuple(ids)), ["id", column])
         return {row["id"]: np.asarray(row[column], dtype=np.float32) for row in rows}
 
+    def user_counts(self) -> dict[str, tuple[int, int]]:
+        """Every user in the log, with their records and sessions (distinct non-empty session ids),
+        counted in Arrow over two columns."""
+        table = self.tables.records
+        if table is None:
+            return {}
+        rows = table.search().select(["user_id", "session_id"]).limit(None).to_arrow()
+        records = rows.group_by("user_id").aggregate([("user_id", "count")])
+        named = rows.filter(pc.not_equal(rows["session_id"], ""))
+        sessions = named.group_by("user_id").aggregate([("session_id", "count_distinct")])
+        out = {u: (n, 0) for u, n in zip(records["user_id"].to_pylist(), records["user_id_count"].to_pylist())}
+        for u, n in zip(sessions["user_id"].to_pylist(), sessions["session_id_count_distinct"].to_pylist()):
+            out[u] = (out[u][0], n)
+        return dict(sorted(out.items()))
+
     def scan(
         self, where: Where | None, columns: list[str], batch_rows: int = 5_000
     ) -> Iterator[list[dict[str, Any]]]:
