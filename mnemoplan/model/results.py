@@ -34,6 +34,10 @@ class MemoryItem(BaseModel):
     occurred_at: datetime
     source_id: str = ""
     score: float = Field(description="Final relevance score (higher is better; comparable within one result).")
+    confidence: float = Field(
+        0.0, description="How sure the search is that this memory bears on the query, 0-1; unlike score, "
+        "the same scale for every query and user."
+    )
     scores: dict[str, float] = Field(default_factory=dict, description="Per-signal contributions.")
     provenance: list[str] = Field(default_factory=list, description="Indexes or plan steps that found it.")
     derived_from: list[str] = Field(default_factory=list, description="Source records of a derived memory.")
@@ -75,6 +79,7 @@ class RecallResult(BaseModel):
     user_id: str
     items: list[MemoryItem]
     context: str = Field(description="Token-budgeted text to paste into a prompt.")
+    no_match: bool = Field(False, description="True when memory holds nothing relevant (no item is confident).")
     total_candidates: int = 0
     duration_ms: float = 0.0
     skipped_retrieval: bool = Field(False, description="True for small talk that needs no memory.")
@@ -116,6 +121,8 @@ class DeepSearchResult(BaseModel):
     query: str
     user_id: str
     items: list[MemoryItem]
+    context: str = Field("", description="Token-budgeted text to paste into a prompt.")
+    no_match: bool = Field(False, description="True when memory holds nothing relevant (no item is confident).")
     sufficient: bool = False
     confidence: float = 0.0
     plans: list[QueryPlan] = Field(default_factory=list, description="Every plan executed, in order.")

@@ -35,7 +35,9 @@ from mnemoplan.model import (
     StepReport,
 )
 from mnemoplan.planner.evaluate import Evaluation, assess_steps, evaluate, revise
+from mnemoplan.planner.confidence import no_match_context
 from mnemoplan.planner.fingerprint import plan_fingerprint
+from mnemoplan.planner.formatter import format_context
 from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.llm.protocols import Evaluator, Expander, Planner, Replanner
@@ -350,7 +352,10 @@ class DeepSearch:
         if evaluation is not None and evaluation.sufficient and plan_fingerprint(run.plans[-1]) in run.llm_plans:
             self._remember_plan(analysis, run.plans[-1])
         items = self._rerank(query, scope.user_id, items, run)[:max_results]
-        return self._result(query, scope, items, evaluation, run, started)
+        items, nothing = self.recall.judge(query, analysis, items, scope.user_id)
+        context = no_match_context(items) if nothing else format_context(items, self.recall.config.token_budget)
+        return self._result(query, scope, items, evaluation, run, started).model_copy(
+            update={"context": context, "no_match": nothing})
 
     def _rerank(self, query: str, user_id: str, items: list[MemoryItem], run: _Run) -> list[MemoryItem]:
         reranker = self.llm.reranker

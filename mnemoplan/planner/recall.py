@@ -29,6 +29,7 @@ from mnemoplan.model import (
 )
 from mnemoplan.model.scope import Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
+from mnemoplan.planner.confidence import ConfidenceScorer, no_match_context
 from mnemoplan.planner.deterministic import recall_plan
 from mnemoplan.planner.executor import PlanExecutor, StepResult
 from mnemoplan.planner.formatter import format_context
@@ -124,6 +125,8 @@ class RecallPipeline:
         reranker: Reorders the ranked items (an LLM or a cross-encoder, see planner.rerank);
             None, the default, keeps the formula's order.
         rerank_deadline_s: Time the reranker may take before the formula's order is kept.
+        confidence: Gives each item its confidence and says when nothing is relevant; None
+            leaves confidence at 0 and says no_match only for an empty result.
     """
 
     def __init__(
@@ -137,6 +140,7 @@ class RecallPipeline:
         config: RecallConfig,
         reranker: Reranker | None = None,
         rerank_deadline_s: float = 2.0,
+        confidence: ConfidenceScorer | None = None,
     ) -> None:
         self.registry = registry
         self.analyzer = analyzer
@@ -146,6 +150,7 @@ class RecallPipeline:
         self.config = config
         self.reranker = reranker
         self.rerank_deadline_s = rerank_deadline_s
+        self.confidence = confidence
 
     def plan(self, analysis: QueryAnalysis, limit: int) -> QueryPlan:
         """The plan recall runs for an analysed query (without the steps of an index this server
@@ -222,6 +227,14 @@ class RecallPipeline:
             records.update(self.records.get(user_id, [c.id for c in batch]))
             ranked.extend(c for c in batch if c.id in records)
         return ranked[:limit], records
+
+    def judge(
+        self, query: str, analysis: QueryAnalysis | None, items: list[MemoryItem], user_id: str
+    ) -> tuple[list[MemoryItem], bool]:
+        """The items with their confidence, and whether memory holds nothing relevant."""
+        if self.confidence is None or not items:
+            return items, not items
+        return self.confidence.annotate(query, analysis, items, user_id)
 
     def with_options(self, options: RecallOptions | None) -> tuple[RecallConfig, list[str] | None, bool]:
         """Recall's config with a call's overrides; and the kinds to rank, and whether only current facts.
@@ -306,13 +319,15 @@ class RecallPipeline:
                 warnings.append(f"rerank skipped: {exc.message}")
             timings["rerank"] = round((time.perf_counter() - t0) * 1000, 3)
         t0 = time.perf_counter()
-        context = format_context(items, config.token_budget)
+        items, nothing = self.judge(searched, analysis, items, scope.user_id)
+        context = no_match_context(items) if nothing else format_context(items, config.token_budget)
         timings["format"] = round((time.perf_counter() - t0) * 1000, 3)
         return RecallResult(
             query=query,
             user_id=scope.user_id,
             items=items,
             context=context,
+            no_match=nothing,
             total_candidates=total,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
             analysis=analysis,

@@ -25,6 +25,7 @@ from mnemoplan.search.temporal import TemporalIndex
 from mnemoplan.search.token_match import TokenMatchIndex
 from mnemoplan.search.working_memory import WorkingMemoryIndex
 from mnemoplan.planner.analyzer import QueryAnalyzer
+from mnemoplan.planner.confidence import ConfidenceScorer
 from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
 from mnemoplan.planner.llm.expander import LLMExpander
 from mnemoplan.planner.executor import PlanExecutor
@@ -131,6 +132,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         config=recall_config(settings),
         reranker=recall_reranker,
         rerank_deadline_s=settings.recall_rerank_deadline_s,
+        confidence=ConfidenceScorer(embedder.embed_query, store.log.vectors),
     )
     limits = Limits(
         max_text_chars=settings.max_text_chars,
