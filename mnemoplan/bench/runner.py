@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mnemoplan.bench.abstain import run_abstain
 from mnemoplan.bench.arguments import MODES
 from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
 from mnemoplan.bench.metrics import latency_summary, summarise
@@ -179,6 +180,25 @@ def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding
     return {"tool": "recall", "limit": 10, "warmup_calls": len(warm), **latency_summary(latencies)}
 
 
+def write_abstain(out: Path, dataset: Dataset, abstain: dict[str, Any], ingest_stats: dict[str, float]) -> int:
+    """abstain.json, and its table on stderr."""
+    metrics = {"dataset": dataset.name, "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(),
+               "mode": "abstain"}, "conversations": len(dataset.turns), "questions": len(dataset.questions),
+               "ingest": ingest_stats, "abstain": abstain}  # fmt: skip
+    (out / "abstain.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    lines = ["| part | n | AUROC (best item) | AUROC (rank 1) | no_match own | no_match other | R@10 own |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in ("all", "fit_half", "held_out_half"):
+        p = abstain[name]
+        lines.append(f"| {name} | {p['questions']} | {p['auroc']:.3f} | {p['auroc_rank1']:.3f} | "
+                     f"{p['no_match_own']:.3f} | {p['no_match_other']:.3f} | {p['R@10_own']:.1f} |")  # fmt: skip
+    if "refit_on_fit_half" in abstain:
+        lines.append(f"refit on the fit half: {abstain['refit_on_fit_half']}")
+    (out / "abstain.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines), file=sys.stderr)
+    return 0
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; writes everything under --out."""
     configure()  # process-wide settings, when the bench is run without the command
@@ -207,6 +227,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         service.embedder.embed(["warm up"])
         model_load_s = time.perf_counter() - started
         ingest_stats = ingest(service, dataset) | {"model_load_s": round(model_load_s, 2)}
+        if args.mode == "abstain":
+            return write_abstain(out, dataset, run_abstain(service, dataset, out), ingest_stats)
         results: dict[str, Any] = {}
         latencies: dict[str, list[float]] = {}
         session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
