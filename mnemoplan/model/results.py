@@ -138,7 +138,7 @@ class ForgetReceipt(BaseModel):
     user_id: str
     scope: str = Field(description="ids, session, project or user.")
     ids: list[str] = Field(
-        default_factory=list, description="Ids of the records this call removed (first 1000)."
+        default_factory=list, description="Ids of the records this call removed (the first 20; removed counts them all)."
     )
     removed: int = Field(0, description="How many records this call removed.")
     deleted: dict[str, int] = Field(default_factory=dict, description="Records or rows removed per store.")
@@ -146,7 +146,7 @@ class ForgetReceipt(BaseModel):
         default_factory=list,
         description=(
             "Ids of records an earlier forget of this user removed without finishing (its purge failed, "
-            "say), which this call finished removing and purging (first 1000). Any forget of the user "
+            "say), which this call finished removing and purging (the first 20). Any forget of the user "
             "finishes them, even one that finds nothing left to delete."
         ),
     )
@@ -173,6 +173,9 @@ class ExplainPlanResult(BaseModel):
     recall_plan: QueryPlan
     deep_plan: QueryPlan
     cached_plan: bool = Field(False, description="True when deep search would reuse a cached plan.")
-    indexes: list[IndexDescriptor]
+    indexes: list[IndexDescriptor] = Field(default_factory=list, description="Every index's descriptor (full=true).")
+    index_summaries: dict[str, str] = Field(
+        default_factory=dict, description="Per index: what it is for, its parameters and their defaults."
+    )
     planner_instructions: str
-    plan_schema: dict[str, Any] = Field(default_factory=dict, description="JSON schema of a QueryPlan.")
+    plan_schema: dict[str, Any] = Field(default_factory=dict, description="JSON schema of a QueryPlan (full=true).")

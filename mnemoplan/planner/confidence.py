@@ -30,6 +30,8 @@ import numpy as np
 from mnemoplan.model import MemoryItem, QueryAnalysis
 
 NO_MATCH_BELOW = 0.5
+# The embedding models the cosine weight was fitted for (names as Settings gives them).
+CALIBRATED_MODELS = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
 _WORD = re.compile(r"[a-z0-9]+")
 _STEM = 5  # letters compared: a cheap, language-agnostic stemmer for English inflections
 
@@ -48,6 +50,9 @@ class ConfidenceModel:
         return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
+LEXICAL = ConfidenceModel(bias=-3.0, cosine=0.0, coverage=5.0, unknown=-2.5)
+
+
 @dataclass(frozen=True)
 class Signals:
     """What confidence is computed from, for one item."""
@@ -57,44 +62,64 @@ class Signals:
     unknown: float
 
 
-def _stems(text: str) -> set[str]:
-    return {w[:_STEM] for w in _WORD.findall(text.lower())}
-
-
 def coverage(keywords: Sequence[str], text: str) -> float:
-    """The share of distinct query keywords whose stem occurs in ``text`` (1.0 with no keywords)."""
+    """The share of distinct query keywords (cut to their first five letters) that start a word
+    of ``text`` ("live" meets "lives", "painting" meets "paint"); 1.0 with no keywords."""
     wanted = {w[:_STEM] for k in keywords for w in _WORD.findall(k.lower())}
     if not wanted:
         return 1.0
-    return len(wanted & _stems(text)) / len(wanted)
+    words = set(_WORD.findall(text.lower()))
+    return sum(1 for stem in wanted if any(w.startswith(stem) for w in words)) / len(wanted)
 
 
 class ConfidenceScorer:
     """Gives each item of a result its confidence.
 
+    The cosine term is calibrated for the bundled embedding model only: with another model
+    (``cosine_calibrated`` False), or while the model is still loading (``ready``), confidence
+    comes from the words alone (``lexical``), fitted the same way.
+
     Args:
         embed_query: The query's embedding (cached by the embedder, so recall's own is reused).
         vectors: Stored vectors of some of a user's records, by id.
-        model: The logistic map.
+        cosine_calibrated: Whether the embedding model is the one the cosine weight was fitted for.
+        ready: Whether the embedding model is loaded (default: always).
+        model: The logistic map with the cosine term.
+        lexical: The logistic map without it.
     """
 
     def __init__(
         self,
         embed_query: Callable[[str], np.ndarray],
         vectors: Callable[[str, list[str]], dict[str, np.ndarray]],
+        *,
+        cosine_calibrated: bool = True,
+        ready: Callable[[], bool] | None = None,
         model: ConfidenceModel | None = None,
+        lexical: ConfidenceModel | None = None,
     ) -> None:
         self.embed_query = embed_query
         self.vectors = vectors
+        self.cosine_calibrated = cosine_calibrated
+        self.ready = ready or (lambda: True)
         self.model = model or ConfidenceModel()
+        self.lexical = lexical or LEXICAL
 
-    def signals(self, query: str, analysis: QueryAnalysis | None, items: list[MemoryItem], user_id: str) -> list[Signals]:
-        """The signals of each item, in order."""
+    def uses_cosine(self) -> bool:
+        """Whether confidence includes the cosine term now."""
+        return self.cosine_calibrated and self.ready()
+
+    def signals(self, query: str, analysis: QueryAnalysis | None, items: list[MemoryItem], user_id: str,
+                *, cosine: bool = True) -> list[Signals]:  # fmt: skip
+        """The signals of each item, in order (cosine 0 unless ``cosine``)."""
         if not items:
             return []
-        q = np.asarray(self.embed_query(query), dtype=np.float32)
-        q = q / (np.linalg.norm(q) or 1.0)
-        stored = self.vectors(user_id, [i.id for i in items])
+        stored: dict[str, np.ndarray] = {}
+        q = np.zeros(0, dtype=np.float32)
+        if cosine:
+            q = np.asarray(self.embed_query(query), dtype=np.float32)
+            q = q / (np.linalg.norm(q) or 1.0)
+            stored = self.vectors(user_id, [i.id for i in items])
         keywords = analysis.keywords if analysis is not None else _WORD.findall(query.lower())
         unknown = 1.0 if analysis is not None and any(not e.known for e in analysis.entities) else 0.0
         out = []
@@ -108,9 +133,11 @@ class ConfidenceScorer:
         self, query: str, analysis: QueryAnalysis | None, items: list[MemoryItem], user_id: str
     ) -> tuple[list[MemoryItem], bool]:
         """The items with their confidence set, and whether none of them is relevant (no_match)."""
-        signals = self.signals(query, analysis, items, user_id)
+        cosine = self.uses_cosine()
+        model = self.model if cosine else self.lexical
+        signals = self.signals(query, analysis, items, user_id, cosine=cosine)
         scored = [
-            item.model_copy(update={"confidence": round(self.model(s.cosine, s.coverage, s.unknown), 4)})
+            item.model_copy(update={"confidence": round(model(s.cosine, s.coverage, s.unknown), 4)})
             for item, s in zip(items, signals, strict=True)
         ]
         return scored, no_match(scored)

@@ -21,7 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from mcp.types import NotificationParams, ToolAnnotations
+from mcp.types import CallToolResult, NotificationParams, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoplan import __version__
@@ -42,6 +42,7 @@ from mnemoplan.model import (
     UtcDatetime,
 )
 from mnemoplan.runtime import configure
+from mnemoplan.server.render import render_text
 from mnemoplan.server.schemas import compact_input_schema, compact_output_schema
 
 if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread (see ServiceHolder)
@@ -214,6 +215,15 @@ class _ArgumentsAsSent(FuncMetadata):
     send lists and objects as JSON text), so an optional ``user_id: "null"`` became None, the
     server's own user, and ``"[]"`` a list that was refused. A user id, a query or a text is the
     string the caller sent."""
+
+    def convert_result(self, result: Any) -> Any:
+        """The SDK's result, with the text content a model should read (``render``) instead of the
+        structured content dumped again as indented JSON."""
+        converted = super().convert_result(result)
+        text = render_text(result)
+        if text is not None and isinstance(converted, CallToolResult) and not converted.is_error:
+            converted = converted.model_copy(update={"content": [TextContent(type="text", text=text)]})
+        return converted
 
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         fields = self.arg_model.model_fields
@@ -434,9 +444,12 @@ def memory_tools() -> list[Tool]:
         ctx: Context,
         query: Annotated[str, Field(description="The query to plan.")],
         user_id: UserId = None,
+        full: Annotated[bool, Field(description="Also every index's full descriptor and the plan's JSON schema "
+                                                "(~20 KB).")] = False,
     ) -> ExplainPlanResult:
-        """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
-        return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id))
+        """Show, without running it, the plan recall and deep_memory_search would run for a query, and a
+        line per index; edit the plan and pass it to deep_memory_search as `plan`."""
+        return await call_service(ctx, lambda s: s.explain_plan(query, user_id=user_id, full=full))
 
     return tools
 

@@ -25,7 +25,7 @@ from mnemoplan.search.temporal import TemporalIndex
 from mnemoplan.search.token_match import TokenMatchIndex
 from mnemoplan.search.working_memory import WorkingMemoryIndex
 from mnemoplan.planner.analyzer import QueryAnalyzer
-from mnemoplan.planner.confidence import ConfidenceScorer
+from mnemoplan.planner.confidence import CALIBRATED_MODELS, ConfidenceScorer
 from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
 from mnemoplan.planner.llm.expander import LLMExpander
 from mnemoplan.planner.executor import PlanExecutor
@@ -132,7 +132,9 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         config=recall_config(settings),
         reranker=recall_reranker,
         rerank_deadline_s=settings.recall_rerank_deadline_s,
-        confidence=ConfidenceScorer(embedder.embed_query, store.log.vectors),
+        model_ready=embedder.ready,
+        confidence=ConfidenceScorer(embedder.embed_query, store.log.vectors, ready=embedder.ready,
+                                    cosine_calibrated=settings.embedding_model in CALIBRATED_MODELS),
     )
     limits = Limits(
         max_text_chars=settings.max_text_chars,
