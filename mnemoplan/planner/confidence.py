@@ -40,17 +40,18 @@ _STEM = 5  # letters compared: a cheap, language-agnostic stemmer for English in
 class ConfidenceModel:
     """The logistic map from signals to confidence (see the module docstring)."""
 
-    bias: float = -5.5
-    cosine: float = 9.0
-    coverage: float = 3.0
-    unknown: float = -2.5
+    # Fitted on the fit half of LoCoMo's conversations (bench/README.md, "Confidence").
+    bias: float = -12.5
+    cosine: float = 31.4
+    coverage: float = 6.85
+    unknown: float = -3.8
 
     def __call__(self, cosine: float, coverage: float, unknown: float) -> float:
         z = self.bias + self.cosine * cosine + self.coverage * coverage + self.unknown * unknown
         return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
-LEXICAL = ConfidenceModel(bias=-3.0, cosine=0.0, coverage=5.0, unknown=-2.5)
+LEXICAL = ConfidenceModel(bias=-1.5, cosine=0.0, coverage=9.9, unknown=-3.4)  # fitted the same way
 
 
 @dataclass(frozen=True)
