@@ -27,6 +27,8 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit-conversations", type=int, metavar="N", help="only the first N conversations")
     p.add_argument("--mcp-sample", type=int, default=50, metavar="N",
                    help="questions timed through a real MCP stdio round trip (0: skip; default 50)")  # fmt: skip
+    p.add_argument("--cold-starts", type=int, default=3, metavar="N",
+                   help="fresh server processes timed from initialize to the first recall reply (0: skip; default 3)")
     p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (default bundled MiniLM)")
     p.add_argument("--readme", type=Path, help="update this README's results block with the overall table")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")

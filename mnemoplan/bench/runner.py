@@ -180,6 +180,23 @@ def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding
     return {"tool": "recall", "limit": 10, "warmup_calls": len(warm), **latency_summary(latencies)}
 
 
+def cold_starts(data_dir: Path, questions: list[Question], n: int, embedding_model: str) -> dict[str, Any] | None:
+    """Median of ``n`` cold starts: a fresh ``mnemoplan serve`` each, timed from spawn to the end
+    of initialize, and from there to the reply to a first recall (whose warnings say whether the
+    embedding model was ready)."""
+    if n <= 0 or not questions:
+        return None
+    from mnemoplan.bench.probe import cold_first_calls
+
+    q = questions[0]
+    runs = cold_first_calls(data_dir, {"query": q.question, "user_id": q.conv_id, "limit": 10}, starts=n,
+                            env={"MNEMOPLAN_EMBEDDING_MODEL": embedding_model})  # fmt: skip
+    return {"starts": len(runs),
+            "initialize_ms_p50": latency_summary([r["initialize_ms"] for r in runs])["p50"],
+            "first_recall_ms_p50": latency_summary([r["first_call_ms"] for r in runs])["p50"],
+            "keyword_only_answers": sum(1 for r in runs if r["warnings"]), "runs": runs}  # fmt: skip
+
+
 def write_abstain(out: Path, dataset: Dataset, abstain: dict[str, Any], ingest_stats: dict[str, float]) -> int:
     """abstain.json, and its table on stderr."""
     metrics = {"dataset": dataset.name, "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(),
@@ -246,6 +263,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     finally:
         service.close()
     mcp = mcp_round_trips(data_dir, dataset.questions, args.mcp_sample, args.embedding_model) if "recall" in modes else None
+    cold = cold_starts(data_dir, dataset.questions, getattr(args, "cold_starts", 0), args.embedding_model)
     metrics = {
         "dataset": dataset.name,
         "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(), "mode": args.mode},
@@ -257,6 +275,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         "ingest": ingest_stats,
         "peak_rss_mb": round(rss_mb, 1),
         "mcp_stdio": mcp,
+        "cold_start": cold,
         "single_remember_ms": single,
         "plan_overhead": overhead,
         "modes": results,
