@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from types import MappingProxyType
@@ -116,7 +117,6 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             log.warning("repaired %d interrupted write(s)", repaired)
         store.maintain_if_fragmented()
     registry = build_registry(store, tokens)
-    warm_up_dates()  # at start-up, not in the first query or message that names a date
     client = llm_client(settings)
     llm = llm_parts(settings, client)
     recall_reranker: Reranker | None = None
@@ -158,6 +158,10 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
             every=settings.llm_extraction_every,
         )  # fmt: skip
+    # At start-up, not in the first query or message that names a date; but once the service is
+    # built, not within the build: dateparser's warm-up (compiling its time-zone patterns) was most
+    # of the build, and a first call need not wait for it.
+    threading.Thread(target=warm_up_dates, name="mnemoplan-dates", daemon=True).start()
     return MemoryService(
         store=store,
         embedder=embedder,
