@@ -50,8 +50,11 @@ def test_bench_writes_every_output_and_rescores_exactly(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# x\n")
     code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "all",
-                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "3", "--readme", str(readme)])  # fmt: skip
+                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "3", "--readme", str(readme),
+                 "--cold-starts", "1"])  # fmt: skip
     assert code == 0
+    cold = json.loads((out / "metrics.json").read_text())["cold_start"]
+    assert cold["starts"] == 1 and cold["runs"][0]["first_call_ms"] > 0
     for mode in ("recall", "deep", "bm25", "vector"):
         rows = [json.loads(line) for line in (out / f"rankings-{mode}.jsonl").read_text().splitlines()]
         assert [r["qid"] for r in rows] == ["q1", "q2", "q3", "q4"]

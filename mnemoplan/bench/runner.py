@@ -227,7 +227,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         keep = list(dataset.turns)[: args.limit_conversations]
         dataset.turns = {c: dataset.turns[c] for c in keep}
         dataset.questions = [q for q in dataset.questions if q.conv_id in dataset.turns]
-    modes = list(MODES) if args.mode == "all" else [args.mode]
+    modes = list(MODES) if args.mode == "all" else [] if args.mode == "abstain" else [args.mode]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     temporary = args.data_dir is None
@@ -244,8 +244,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         service.embedder.embed(["warm up"])
         model_load_s = time.perf_counter() - started
         ingest_stats = ingest(service, dataset) | {"model_load_s": round(model_load_s, 2)}
-        if args.mode == "abstain":
-            return write_abstain(out, dataset, run_abstain(service, dataset, out), ingest_stats)
+        abstain = run_abstain(service, dataset, out) if args.mode == "abstain" else {}
         results: dict[str, Any] = {}
         latencies: dict[str, list[float]] = {}
         session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
@@ -258,10 +257,15 @@ def run_from_args(args: argparse.Namespace) -> int:
             results[mode] = {"quality": summarise(dataset.questions, rankings, session_of),
                              "latency_ms": latency_summary(lat)}  # fmt: skip
         overhead = plan_overhead(service, dataset.questions) if "recall" in modes else None
-        single = single_remember(service, dataset)
+        single = single_remember(service, dataset) if modes else None
         rss_mb = peak_rss_mb(service)
     finally:
         service.close()
+    if args.mode == "abstain":
+        code = write_abstain(out, dataset, abstain, ingest_stats)
+        if temporary and not args.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        return code
     mcp = mcp_round_trips(data_dir, dataset.questions, args.mcp_sample, args.embedding_model) if "recall" in modes else None
     cold = cold_starts(data_dir, dataset.questions, getattr(args, "cold_starts", 0), args.embedding_model)
     metrics = {
