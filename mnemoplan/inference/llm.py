@@ -188,6 +188,9 @@ class LLMClient:
         self._lock = threading.Lock()
         self._usage = LLMUsage()
         self._sdk: anthropic.Anthropic | None = None
+        # The SDK is imported when a client is made (a key is configured), so that the first
+        # call's deadline is not spent importing it; a server without a key never imports it.
+        import anthropic  # noqa: F401
 
     def __repr__(self) -> str:
         # Spelled out so that the API key can never reach a log through repr().
