@@ -50,8 +50,11 @@ def test_bench_writes_every_output_and_rescores_exactly(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# x\n")
     code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "all",
-                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "3", "--readme", str(readme)])  # fmt: skip
+                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "3", "--readme", str(readme),
+                 "--cold-starts", "1"])  # fmt: skip
     assert code == 0
+    cold = json.loads((out / "metrics.json").read_text())["cold_start"]
+    assert cold["starts"] == 1 and cold["runs"][0]["first_call_ms"] > 0
     for mode in ("recall", "deep", "bm25", "vector"):
         rows = [json.loads(line) for line in (out / f"rankings-{mode}.jsonl").read_text().splitlines()]
         assert [r["qid"] for r in rows] == ["q1", "q2", "q3", "q4"]
@@ -101,3 +104,27 @@ def test_a_question_without_results_is_a_miss() -> None:
         "R@1": 0.0, "R@5": 0.0, "any@5": 0.0, "R@10": 0.0, "any@10": 0.0, "R@25": 0.0, "session_R@10": 0.0}  # fmt: skip
     half = question_metrics(q, ["D9:9", "D1:1", "D1:1"], {"D1:1": 1, "D9:9": 9})
     assert half["R@1"] == 0.0 and half["R@5"] == 0.5 and half["session_R@10"] == 0.5
+
+
+def test_abstain_mode_asks_each_question_of_its_own_and_another_conversation(tmp_path: Path) -> None:
+    messages, questions = write_dataset(tmp_path)
+    out = tmp_path / "abstain"
+    code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "abstain",
+                 "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "0"])  # fmt: skip
+    assert code == 0
+    rows = [json.loads(line) for line in (out / "abstain.jsonl").read_text().splitlines()]
+    assert len(rows) == 4  # the question without evidence is excluded, as in every mode
+    assert {r["half"] for r in rows} == {"fit", "held_out"}
+    for r in rows:
+        assert 0.0 <= r["own"]["confidence"] <= 1.0 and 0.0 <= r["other"]["confidence"] <= 1.0
+    metrics = json.loads((out / "abstain.json").read_text())["abstain"]
+    assert 0.0 <= metrics["all"]["auroc"] <= 1.0
+    assert "weights" in metrics["refit_on_fit_half"]
+
+
+def test_auroc_counts_ties_half() -> None:
+    from mnemoplan.bench.abstain import auroc
+
+    assert auroc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert auroc([0.1], [0.9]) == 0.0
+    assert auroc([0.5], [0.5]) == 0.5

@@ -239,7 +239,7 @@ def test_a_caller_plan_runs_exactly_as_given(service: MemoryService) -> None:
 
 
 def test_explain_plan_gives_the_servers_own_cap_on_max_results(service: MemoryService) -> None:
-    schema = service.explain_plan("pottery", user_id="u").plan_schema
+    schema = service.explain_plan("pottery", user_id="u", full=True).plan_schema
     assert schema["properties"]["max_results"]["maximum"] == service.limits.deep_max_results == 30
 
 

@@ -79,7 +79,7 @@ def test_nan_and_infinities_are_refused_wherever_a_number_is_taken(tmp_path: Pat
 
     async def scenario(client: Any) -> None:
         await call(client, "remember", content="tulips came up red in April", user_id="n")
-        plan = (await call(client, "explain_plan", query="tulips", user_id="n"))["deep_plan"]
+        plan = (await call(client, "explain_plan", query="tulips", user_id="n", full=True))["deep_plan"]
         for bad in ("NaN", "Infinity", "-Infinity"):
             for where in (["analysis", "duration_ms"], ["steps", 0, "weight"]):
                 edited = with_number(plan, where, bad)
@@ -117,7 +117,7 @@ def test_a_time_without_an_offset_is_utc_for_every_tool(tmp_path: Path) -> None:
         window = recalled["analysis"]["time_window"]
         assert window["start"] == "2024-04-30T00:00:00Z" and window["end"] == "2024-05-01T00:00:00Z"
         # A caller's plan with times without offsets runs the same.
-        plan = (await call(client, "explain_plan", query=query, user_id="t"))["deep_plan"]
+        plan = (await call(client, "explain_plan", query=query, user_id="t", full=True))["deep_plan"]
         plan["analysis"].update(reference_time="2024-05-01T10:00:00",
                                 time_window={"start": "2024-04-30T00:00:00", "end": "2024-05-01T00:00:00"})
         deep = await call(client, "deep_memory_search", query=query, user_id="t", plan=plan,

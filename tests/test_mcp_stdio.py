@@ -258,7 +258,7 @@ def test_explain_plan_then_an_edited_plan_runs_exactly_as_given(tmp_path: Path) 
         await call(client, "remember", user_id="gail", session_id="s",
                    messages=[{"content": "I planted tulips in the allotment", "speaker": "Gail"},
                              {"content": "The tulips came up red in April", "speaker": "Gail"}])  # fmt: skip
-        explained = await call(client, "explain_plan", query="When did the tulips come up?", user_id="gail")
+        explained = await call(client, "explain_plan", query="When did the tulips come up?", user_id="gail", full=True)
         assert {d["name"] for d in explained["indexes"]} >= {
             "semantic", "bm25", "entity_graph", "graph_traversal", "temporal", "fact_store", "working_memory",
             "hierarchical"}  # fmt: skip

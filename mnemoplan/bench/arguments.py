@@ -19,12 +19,16 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--dataset", type=Path, help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json)")
     src.add_argument("--messages", type=Path, help="generic format: messages JSONL")
     src.add_argument("--questions", type=Path, help="generic format: questions JSONL")
-    p.add_argument("--mode", choices=[*MODES, "all"], default="recall", help="what to query (default recall)")
+    p.add_argument("--mode", choices=[*MODES, "all", "abstain"], default="recall",
+                   help="what to query (default recall); abstain: each question of its own and of another "
+                   "conversation, scored by the AUROC of recall's confidence")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="directory for rankings, metrics, report and plots")
     p.add_argument("--data-dir", type=Path, help="memory data directory (default: a fresh temporary one)")
     p.add_argument("--limit-conversations", type=int, metavar="N", help="only the first N conversations")
     p.add_argument("--mcp-sample", type=int, default=50, metavar="N",
                    help="questions timed through a real MCP stdio round trip (0: skip; default 50)")  # fmt: skip
+    p.add_argument("--cold-starts", type=int, default=3, metavar="N",
+                   help="fresh server processes timed from initialize to the first recall reply (0: skip; default 3)")
     p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (default bundled MiniLM)")
     p.add_argument("--readme", type=Path, help="update this README's results block with the overall table")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")

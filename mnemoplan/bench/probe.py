@@ -46,3 +46,44 @@ def time_stdio_calls(
         finally:
             sys.stderr = old
     return latencies
+
+
+def cold_first_calls(
+    data_dir: Path, call: dict[str, Any], *, starts: int = 3, tool: str = "recall", env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Start the server ``starts`` times, each a fresh process, and time each start: from spawning
+    to the end of ``initialize`` (``initialize_ms``), and from there to the reply to the first
+    ``tool`` call (``first_call_ms``), with that reply's warnings (a search answered before the
+    embedding model was loaded says so).
+
+    Raises:
+        RuntimeError: the call came back as a tool error.
+    """
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    server_env = {"MNEMOPLAN_DATA_DIR": str(data_dir), "LANCE_LOG": "error", "PYTHONPATH": os.pathsep.join(sys.path)}
+    server_env.update(env or {})
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mnemoplan", "serve"], env=server_env)
+    runs: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        started = time.perf_counter()
+        async with Client(params, mode="legacy") as client:
+            ready = time.perf_counter()
+            result = await client.call_tool(tool, call)
+            done = time.perf_counter()
+            if result.is_error:
+                raise RuntimeError(f"{tool} failed over MCP: {result.content}")
+            warnings = (result.structured_content or {}).get("warnings", [])
+            runs.append({"initialize_ms": round((ready - started) * 1000, 1),
+                         "first_call_ms": round((done - ready) * 1000, 1), "warnings": warnings})  # fmt: skip
+
+    with open(os.devnull, "w") as devnull:
+        old, sys.stderr = sys.stderr, devnull
+        try:
+            for _ in range(starts):
+                anyio.run(main)
+        finally:
+            sys.stderr = old
+    return runs

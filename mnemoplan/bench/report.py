@@ -79,6 +79,13 @@ def write_report(out: Path, metrics: dict[str, Any]) -> str:
             f"- MCP stdio round trip of `{mcp['tool']}` ({mcp['n']} sampled questions, client to server to client): "
             f"p50 {mcp['p50']:.1f} ms, p95 {mcp['p95']:.1f} ms"
         )
+    cold = metrics.get("cold_start")
+    if cold:
+        lines.append(
+            f"- cold start ({cold['starts']} fresh servers, median): initialize {cold['initialize_ms_p50']:.0f} ms after "
+            f"spawning, first `recall` reply {cold['first_recall_ms_p50']:.0f} ms after initialize "
+            f"({cold['keyword_only_answers']} answered by keywords while the model loaded)"
+        )
     single = metrics.get("single_remember_ms")
     if single:
         lines.append(

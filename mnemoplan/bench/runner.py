@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mnemoplan.bench.abstain import run_abstain
 from mnemoplan.bench.arguments import MODES
 from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
 from mnemoplan.bench.metrics import latency_summary, summarise
@@ -179,6 +180,42 @@ def mcp_round_trips(data_dir: Path, questions: list[Question], n: int, embedding
     return {"tool": "recall", "limit": 10, "warmup_calls": len(warm), **latency_summary(latencies)}
 
 
+def cold_starts(data_dir: Path, questions: list[Question], n: int, embedding_model: str) -> dict[str, Any] | None:
+    """Median of ``n`` cold starts: a fresh ``mnemoplan serve`` each, timed from spawn to the end
+    of initialize, and from there to the reply to a first recall (whose warnings say whether the
+    embedding model was ready)."""
+    if n <= 0 or not questions:
+        return None
+    from mnemoplan.bench.probe import cold_first_calls
+
+    q = questions[0]
+    runs = cold_first_calls(data_dir, {"query": q.question, "user_id": q.conv_id, "limit": 10}, starts=n,
+                            env={"MNEMOPLAN_EMBEDDING_MODEL": embedding_model})  # fmt: skip
+    return {"starts": len(runs),
+            "initialize_ms_p50": latency_summary([r["initialize_ms"] for r in runs])["p50"],
+            "first_recall_ms_p50": latency_summary([r["first_call_ms"] for r in runs])["p50"],
+            "keyword_only_answers": sum(1 for r in runs if r["warnings"]), "runs": runs}  # fmt: skip
+
+
+def write_abstain(out: Path, dataset: Dataset, abstain: dict[str, Any], ingest_stats: dict[str, float]) -> int:
+    """abstain.json, and its table on stderr."""
+    metrics = {"dataset": dataset.name, "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(),
+               "mode": "abstain"}, "conversations": len(dataset.turns), "questions": len(dataset.questions),
+               "ingest": ingest_stats, "abstain": abstain}  # fmt: skip
+    (out / "abstain.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    lines = ["| part | n | AUROC (best item) | AUROC (rank 1) | no_match own | no_match other | R@10 own |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in ("all", "fit_half", "held_out_half"):
+        p = abstain[name]
+        lines.append(f"| {name} | {p['questions']} | {p['auroc']:.3f} | {p['auroc_rank1']:.3f} | "
+                     f"{p['no_match_own']:.3f} | {p['no_match_other']:.3f} | {p['R@10_own']:.1f} |")  # fmt: skip
+    if "refit_on_fit_half" in abstain:
+        lines.append(f"refit on the fit half: {abstain['refit_on_fit_half']}")
+    (out / "abstain.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines), file=sys.stderr)
+    return 0
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; writes everything under --out."""
     configure()  # process-wide settings, when the bench is run without the command
@@ -190,7 +227,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         keep = list(dataset.turns)[: args.limit_conversations]
         dataset.turns = {c: dataset.turns[c] for c in keep}
         dataset.questions = [q for q in dataset.questions if q.conv_id in dataset.turns]
-    modes = list(MODES) if args.mode == "all" else [args.mode]
+    modes = list(MODES) if args.mode == "all" else [] if args.mode == "abstain" else [args.mode]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     temporary = args.data_dir is None
@@ -207,6 +244,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         service.embedder.embed(["warm up"])
         model_load_s = time.perf_counter() - started
         ingest_stats = ingest(service, dataset) | {"model_load_s": round(model_load_s, 2)}
+        abstain = run_abstain(service, dataset, out) if args.mode == "abstain" else {}
         results: dict[str, Any] = {}
         latencies: dict[str, list[float]] = {}
         session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
@@ -219,11 +257,17 @@ def run_from_args(args: argparse.Namespace) -> int:
             results[mode] = {"quality": summarise(dataset.questions, rankings, session_of),
                              "latency_ms": latency_summary(lat)}  # fmt: skip
         overhead = plan_overhead(service, dataset.questions) if "recall" in modes else None
-        single = single_remember(service, dataset)
+        single = single_remember(service, dataset) if modes else None
         rss_mb = peak_rss_mb(service)
     finally:
         service.close()
+    if args.mode == "abstain":
+        code = write_abstain(out, dataset, abstain, ingest_stats)
+        if temporary and not args.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        return code
     mcp = mcp_round_trips(data_dir, dataset.questions, args.mcp_sample, args.embedding_model) if "recall" in modes else None
+    cold = cold_starts(data_dir, dataset.questions, getattr(args, "cold_starts", 0), args.embedding_model)
     metrics = {
         "dataset": dataset.name,
         "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(), "mode": args.mode},
@@ -235,6 +279,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         "ingest": ingest_stats,
         "peak_rss_mb": round(rss_mb, 1),
         "mcp_stdio": mcp,
+        "cold_start": cold,
         "single_remember_ms": single,
         "plan_overhead": overhead,
         "modes": results,

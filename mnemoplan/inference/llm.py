@@ -21,13 +21,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from mnemoplan.errors import LLMError
 from mnemoplan.inference.llm_json import extract_json
+
+if TYPE_CHECKING:
+    import anthropic
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +188,9 @@ class LLMClient:
         self._lock = threading.Lock()
         self._usage = LLMUsage()
         self._sdk: anthropic.Anthropic | None = None
+        # The SDK is imported when a client is made (a key is configured), so that the first
+        # call's deadline is not spent importing it; a server without a key never imports it.
+        import anthropic  # noqa: F401
 
     def __repr__(self) -> str:
         # Spelled out so that the API key can never reach a log through repr().
@@ -295,6 +300,7 @@ class LLMClient:
             return list(pool.map(run, requests))
 
     def _client(self) -> anthropic.Anthropic:
+        import anthropic  # here, not at import: it takes seconds, and most servers have no API key
         with self._lock:
             if self._sdk is None:
                 # max_retries=0: retries are decided in _send (tenacity), where timeouts are excluded.
@@ -312,6 +318,7 @@ class LLMClient:
         Returns the reply's text, its stop reason and the number of requests sent; raises
         ``_CallFailed`` when no reply could be had.
         """
+        import anthropic  # here, not at import: it takes seconds, and most servers have no API key
         sdk = self._client()
         sent = 0
         timeout = self.timeout_s
@@ -375,6 +382,7 @@ class LLMClient:
 def _retryable(exc: BaseException) -> bool:
     """Worth another request: rate limiting, a failure on the API's side, or a connection that
     failed (a timeout is not: the caller's time budget is spent)."""
+    import anthropic  # here, not at import: it takes seconds, and most servers have no API key
     if isinstance(exc, anthropic.APIStatusError):
         return exc.status_code in _RETRYABLE_STATUS
     return isinstance(exc, anthropic.APIConnectionError) and not isinstance(exc, anthropic.APITimeoutError)
@@ -385,6 +393,7 @@ _exponential = wait_exponential(multiplier=_BACKOFF_S, max=_MAX_BACKOFF_S)
 
 def _backoff(state: RetryCallState) -> float:
     """Seconds before the next request: the API's retry-after (up to the cap), else exponential."""
+    import anthropic  # here, not at import: it takes seconds, and most servers have no API key
     failure = state.outcome.exception() if state.outcome is not None else None
     if isinstance(failure, anthropic.APIStatusError):
         retry_after = failure.response.headers.get("retry-after")
@@ -409,6 +418,7 @@ def _message_parts(message: object) -> tuple[str | None, str | None, int, int]:
     """(text, stop reason, input tokens, output tokens) of a reply; text None when it is not a
     Messages API reply. The SDK builds its models without validating them, so a JSON body of
     another shape arrives as a ``Message`` with fields missing, or of other types."""
+    import anthropic  # here, not at import: it takes seconds, and most servers have no API key
     content = getattr(message, "content", None)
     if not isinstance(message, anthropic.types.Message) or not isinstance(content, list):
         return None, None, 0, 0

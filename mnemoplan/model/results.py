@@ -34,6 +34,10 @@ class MemoryItem(BaseModel):
     occurred_at: datetime
     source_id: str = ""
     score: float = Field(description="Final relevance score (higher is better; comparable within one result).")
+    confidence: float = Field(
+        0.0, description="How sure the search is that this memory bears on the query, 0-1; unlike score, "
+        "the same scale for every query and user."
+    )
     scores: dict[str, float] = Field(default_factory=dict, description="Per-signal contributions.")
     provenance: list[str] = Field(default_factory=list, description="Indexes or plan steps that found it.")
     derived_from: list[str] = Field(default_factory=list, description="Source records of a derived memory.")
@@ -75,6 +79,7 @@ class RecallResult(BaseModel):
     user_id: str
     items: list[MemoryItem]
     context: str = Field(description="Token-budgeted text to paste into a prompt.")
+    no_match: bool = Field(False, description="True when memory holds nothing relevant (no item is confident).")
     total_candidates: int = 0
     duration_ms: float = 0.0
     skipped_retrieval: bool = Field(False, description="True for small talk that needs no memory.")
@@ -116,6 +121,8 @@ class DeepSearchResult(BaseModel):
     query: str
     user_id: str
     items: list[MemoryItem]
+    context: str = Field("", description="Token-budgeted text to paste into a prompt.")
+    no_match: bool = Field(False, description="True when memory holds nothing relevant (no item is confident).")
     sufficient: bool = False
     confidence: float = 0.0
     plans: list[QueryPlan] = Field(default_factory=list, description="Every plan executed, in order.")
@@ -131,7 +138,7 @@ class ForgetReceipt(BaseModel):
     user_id: str
     scope: str = Field(description="ids, session, project or user.")
     ids: list[str] = Field(
-        default_factory=list, description="Ids of the records this call removed (first 1000)."
+        default_factory=list, description="Ids of the records this call removed (the first 20; removed counts them all)."
     )
     removed: int = Field(0, description="How many records this call removed.")
     deleted: dict[str, int] = Field(default_factory=dict, description="Records or rows removed per store.")
@@ -139,7 +146,7 @@ class ForgetReceipt(BaseModel):
         default_factory=list,
         description=(
             "Ids of records an earlier forget of this user removed without finishing (its purge failed, "
-            "say), which this call finished removing and purging (first 1000). Any forget of the user "
+            "say), which this call finished removing and purging (the first 20). Any forget of the user "
             "finishes them, even one that finds nothing left to delete."
         ),
     )
@@ -166,9 +173,12 @@ class ExplainPlanResult(BaseModel):
     recall_plan: QueryPlan
     deep_plan: QueryPlan
     cached_plan: bool = Field(False, description="True when deep search would reuse a cached plan.")
-    indexes: list[IndexDescriptor]
+    indexes: list[IndexDescriptor] = Field(default_factory=list, description="Every index's descriptor (full=true).")
+    index_summaries: dict[str, str] = Field(
+        default_factory=dict, description="Per index: what it is for, its parameters and their defaults."
+    )
     planner_instructions: str
-    plan_schema: dict[str, Any] = Field(default_factory=dict, description="JSON schema of a QueryPlan.")
+    plan_schema: dict[str, Any] = Field(default_factory=dict, description="JSON schema of a QueryPlan (full=true).")
 
 
 class UserSummary(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from mnemoplan.model import (
     DeepSearchResult,
     DeepSearchStats,
     ExplainPlanResult,
+    IndexDescriptor,
     MemoryItem,
     PlanStep,
     QueryAnalysis,
@@ -35,7 +37,9 @@ from mnemoplan.model import (
     StepReport,
 )
 from mnemoplan.planner.evaluate import Evaluation, assess_steps, evaluate, revise
+from mnemoplan.planner.confidence import no_match_context
 from mnemoplan.planner.fingerprint import plan_fingerprint
+from mnemoplan.planner.formatter import format_context
 from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.llm.protocols import Evaluator, Expander, Planner, Replanner
@@ -350,7 +354,10 @@ class DeepSearch:
         if evaluation is not None and evaluation.sufficient and plan_fingerprint(run.plans[-1]) in run.llm_plans:
             self._remember_plan(analysis, run.plans[-1])
         items = self._rerank(query, scope.user_id, items, run)[:max_results]
-        return self._result(query, scope, items, evaluation, run, started)
+        items, nothing = self.recall.judge(query, analysis, items, scope.user_id)
+        context = no_match_context(items) if nothing else format_context(items, self.recall.config.token_budget)
+        return self._result(query, scope, items, evaluation, run, started).model_copy(
+            update={"context": context, "no_match": nothing})
 
     def _rerank(self, query: str, user_id: str, items: list[MemoryItem], run: _Run) -> list[MemoryItem]:
         reranker = self.llm.reranker
@@ -393,22 +400,36 @@ class DeepSearch:
             warnings=run.warnings,
         )
 
-    def explain(self, query: str, user_id: str) -> ExplainPlanResult:
-        """Both plans, every descriptor, the instructions and the plan schema. Runs nothing."""
+    def explain(self, query: str, user_id: str, *, full: bool = False) -> ExplainPlanResult:
+        """Both plans, a line per index and the instructions; with ``full``, every descriptor and
+        the plan schema too (about 20 KB, so only on request). Runs nothing."""
         analysis = self.recall.analyzer.analyze(query, user_id)
         recall_plan = self.recall.plan(analysis, 10)
         cached = self.cache.get(analysis)
+        deep_plan = cached or self.deterministic_plan(analysis, 10)
+        descriptors = self.recall.registry.descriptors(user_id)
+        if not full:  # the analysis is given once, not again inside each plan
+            recall_plan, deep_plan = (p.model_copy(update={"analysis": None}) for p in (recall_plan, deep_plan))
         return ExplainPlanResult(
             query=query,
             user_id=user_id,
             analysis=analysis,
             recall_plan=recall_plan,
-            deep_plan=cached or self.deterministic_plan(analysis, 10),
+            deep_plan=deep_plan,
             cached_plan=cached is not None,
-            indexes=self.recall.registry.descriptors(user_id),
+            indexes=descriptors if full else [],
+            index_summaries={d.name: index_summary(d) for d in descriptors},
             planner_instructions=PLANNER_INSTRUCTIONS,
-            plan_schema=QueryPlan.model_json_schema(),
+            plan_schema=QueryPlan.model_json_schema() if full else {},
         )
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def index_summary(d: IndexDescriptor) -> str:
+    """One line on an index: what it is, its parameters with their defaults, and whether it
+    can answer for this user now."""
+    params = ", ".join(p.name if p.default is None else f"{p.name}={p.default}" for p in d.query_params)
+    first = re.split(r"\. | \(|; |, and ", d.description, maxsplit=1)[0].rstrip(".")
+    return f"{first}. Params: {params}." + ("" if d.available else " Unavailable now.")

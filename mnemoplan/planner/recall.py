@@ -29,6 +29,7 @@ from mnemoplan.model import (
 )
 from mnemoplan.model.scope import Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
+from mnemoplan.planner.confidence import ConfidenceScorer, no_match_context
 from mnemoplan.planner.deterministic import recall_plan
 from mnemoplan.planner.executor import PlanExecutor, StepResult
 from mnemoplan.planner.formatter import format_context
@@ -96,6 +97,20 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
     )
 
 
+# Indexes whose query is an embedding (or its token vectors): of no use until the model is loaded.
+NEEDS_MODEL = frozenset({"semantic", "token_match", "fact_store", "hierarchical", "working_memory"})
+MODEL_LOADING = ("the embedding model is still loading (the server has just started): this answer comes from "
+                 "keyword search only, and confidence from the words alone; ask again in a few seconds for the full search")
+
+
+def keyword_only(plan: QueryPlan) -> QueryPlan:
+    """The plan without the steps that need the embedding model (and without references to them)."""
+    kept = [s for s in plan.steps if s.index not in NEEDS_MODEL]
+    names = {s.step_id for s in kept}
+    steps = [s.model_copy(update={"depends_on": [d for d in s.depends_on if d in names]}) for s in kept]
+    return plan.model_copy(update={"steps": steps})
+
+
 HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
 
 
@@ -124,6 +139,11 @@ class RecallPipeline:
         reranker: Reorders the ranked items (an LLM or a cross-encoder, see planner.rerank);
             None, the default, keeps the formula's order.
         rerank_deadline_s: Time the reranker may take before the formula's order is kept.
+        confidence: Gives each item its confidence and says when nothing is relevant; None
+            leaves confidence at 0 and says no_match only for an empty result.
+        model_ready: Whether the embedding model is loaded; until it is, recall runs the steps
+            that need no embedding (keywords, dates) and says so in its warnings, rather than
+            keep the first call of a freshly started server waiting for the model.
     """
 
     def __init__(
@@ -137,6 +157,8 @@ class RecallPipeline:
         config: RecallConfig,
         reranker: Reranker | None = None,
         rerank_deadline_s: float = 2.0,
+        confidence: ConfidenceScorer | None = None,
+        model_ready: Callable[[], bool] | None = None,
     ) -> None:
         self.registry = registry
         self.analyzer = analyzer
@@ -146,6 +168,8 @@ class RecallPipeline:
         self.config = config
         self.reranker = reranker
         self.rerank_deadline_s = rerank_deadline_s
+        self.confidence = confidence
+        self.model_ready = model_ready
 
     def plan(self, analysis: QueryAnalysis, limit: int) -> QueryPlan:
         """The plan recall runs for an analysed query (without the steps of an index this server
@@ -223,6 +247,14 @@ class RecallPipeline:
             ranked.extend(c for c in batch if c.id in records)
         return ranked[:limit], records
 
+    def judge(
+        self, query: str, analysis: QueryAnalysis | None, items: list[MemoryItem], user_id: str
+    ) -> tuple[list[MemoryItem], bool]:
+        """The items with their confidence, and whether memory holds nothing relevant."""
+        if self.confidence is None or not items:
+            return items, not items
+        return self.confidence.annotate(query, analysis, items, user_id)
+
     def with_options(self, options: RecallOptions | None) -> tuple[RecallConfig, list[str] | None, bool]:
         """Recall's config with a call's overrides; and the kinds to rank, and whether only current facts.
 
@@ -281,6 +313,10 @@ class RecallPipeline:
                 trace=RecallTrace(timings_ms=timings, notes=["small talk: no retrieval"]),
             )  # fmt: skip
         plan = self.plan(analysis, limit)
+        warnings: list[str] = []
+        if self.model_ready is not None and not self.model_ready():
+            plan = keyword_only(plan)
+            warnings.append(MODEL_LOADING)
         if kinds:
             plan = plan.model_copy(update={"steps": [
                 s.model_copy(update={"params": {**s.params, "kinds": list(kinds)}}) if "kinds" in s.params else s
@@ -293,7 +329,7 @@ class RecallPipeline:
         if current_only:
             items = [i for i in items if i.current]
         timings["rank"] = round((time.perf_counter() - t0) * 1000, 3)
-        warnings = [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
+        warnings += [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
         if self.reranker is not None and items:
             t0 = time.perf_counter()
             try:
@@ -306,13 +342,15 @@ class RecallPipeline:
                 warnings.append(f"rerank skipped: {exc.message}")
             timings["rerank"] = round((time.perf_counter() - t0) * 1000, 3)
         t0 = time.perf_counter()
-        context = format_context(items, config.token_budget)
+        items, nothing = self.judge(searched, analysis, items, scope.user_id)
+        context = no_match_context(items) if nothing else format_context(items, config.token_budget)
         timings["format"] = round((time.perf_counter() - t0) * 1000, 3)
         return RecallResult(
             query=query,
             user_id=scope.user_id,
             items=items,
             context=context,
+            no_match=nothing,
             total_candidates=total,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
             analysis=analysis,

@@ -20,7 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from mcp.types import NotificationParams, ToolAnnotations
+from mcp.types import CallToolResult, NotificationParams, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoplan import __version__
@@ -43,6 +43,8 @@ from mnemoplan.model import (
 from mnemoplan.runtime import configure
 from mnemoplan.server.auth import auth_options, caller_user
 from mnemoplan.server.holder import ServiceHolder
+from mnemoplan.server.render import render_text
+from mnemoplan.server.schemas import compact_input_schema, compact_output_schema
 from mnemoplan.storage.tokens import TokenStore
 
 if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread (see ServiceHolder)
@@ -84,6 +86,15 @@ class _ArgumentsAsSent(FuncMetadata):
     server's own user, and ``"[]"`` a list that was refused. A user id, a query or a text is the
     string the caller sent."""
 
+    def convert_result(self, result: Any) -> Any:
+        """The SDK's result, with the text content a model should read (``render``) instead of the
+        structured content dumped again as indented JSON."""
+        converted = super().convert_result(result)
+        text = render_text(result)
+        if text is not None and isinstance(converted, CallToolResult) and not converted.is_error:
+            converted = converted.model_copy(update={"content": [TextContent(type="text", text=text)]})
+        return converted
+
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         fields = self.arg_model.model_fields
         structured = {k: v for k, v in data.items() if k in fields and _takes_structure(fields[k].annotation)}
@@ -111,9 +122,10 @@ def build_tool(fn: Callable[..., Any], **options: Any) -> Tool:
     meta = tool.fn_metadata
     forbid = {"model_config": ConfigDict(extra="forbid", allow_inf_nan=False), "__module__": __name__}
     arguments = type(meta.arg_model.__name__, (meta.arg_model,), forbid)
-    as_sent = _ArgumentsAsSent(arg_model=arguments, output_schema=meta.output_schema,
+    output_schema = compact_output_schema(meta.output_schema) if meta.output_schema else None
+    as_sent = _ArgumentsAsSent(arg_model=arguments, output_schema=output_schema,
                                output_model=meta.output_model, wrap_output=meta.wrap_output)  # fmt: skip
-    schema = arguments.model_json_schema(by_alias=True)
+    schema = compact_input_schema(arguments.model_json_schema(by_alias=True))
     return tool.model_copy(update={"fn_metadata": as_sent, "parameters": schema})
 
 
@@ -164,8 +176,7 @@ def _closest(name: str, arguments: Sequence[str]) -> str:
 
 UserId = Annotated[
     str | None,
-    Field(description="Whose memory; left out, the server's configured user, or over HTTP the token's user "
-                      "(an empty string is an error; another user than the token's is forbidden)."),
+    Field(description="Whose memory (default: the server's user, or over HTTP the token's)."),
 ]
 
 
@@ -191,22 +202,20 @@ def memory_tools() -> list[Tool]:
             list[MessageIn] | None, Field(description="Several messages, in conversation order.")
         ] = None,
         user_id: UserId = None,
-        session_id: Annotated[str | None, Field(description="Conversation or session the messages belong to.")] = None,
+        session_id: Annotated[str | None, Field(description="The conversation they belong to.")] = None,
         project_id: Annotated[str | None, Field(description="Project scope, if any.")] = None,
         occurred_at: Annotated[
             UtcDatetime | None,
-            Field(description="When it was said (ISO-8601, UTC if no offset); default now."),
+            Field(description="When it was said (ISO-8601); default now."),
         ] = None,
         kind: Annotated[Kind | None, Field(description="message (default), fact, procedure or episode.")] = None,
         speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
-        metadata: Annotated[Metadata | None, Field(description="Free-form JSON kept with it.")] = None,
-        flush: Annotated[bool, Field(description="Extract facts from this session's pending messages now "
-                                                 "(with an LLM configured; otherwise every 10 messages).")] = False,
+        metadata: Annotated[Metadata | None, Field(description="JSON kept with it.")] = None,
+        flush: Annotated[bool, Field(description="Extract this session's facts now (LLM configured).")] = False,
     ) -> RememberResult:
-        """Store messages or facts for a user, losslessly, and index them. A repeat is not stored
-        twice: a message whose source_id its session already holds; without a source_id, the
-        same speaker, text and occurred_at an earlier call stored in the same session; with
-        neither, a retried call (the session's last messages sent again)."""
+        """Save to long-term memory, verbatim. Call it with each user message worth keeping (what they
+        say about themselves, their plans, people, decisions) or with facts you distilled. Pass
+        `content` for one memory or `messages` for a conversation. A repeat is stored once."""
 
         def progress(done: int, total: int) -> None:  # from the worker thread; a no-op unless the caller asked
             try:
@@ -233,19 +242,17 @@ def memory_tools() -> list[Tool]:
         project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
         time_range: Annotated[TimeRange | None, Field(description="Only memories from this window.")] = None,
         reference_time: Annotated[
-            UtcDatetime | None, Field(description="'Now' for relative times in the query (default: now).")
+            UtcDatetime | None, Field(description="'Now' for relative times in the query.")
         ] = None,
         history: Annotated[
             list[str] | None,
-            Field(description=(
-                "The last turns of the conversation, so a follow-up ('how much?', 'when did we get her?') finds "
-                "its topic: the start of the last two turns, at most 40 words, is searched with it. A complete "
-                "question is searched alone."
-            )),
+            Field(description="The last turns, so that a follow-up ('how much?') finds its topic."),
         ] = None,
-        options: Annotated[RecallOptions | None, Field(description="Safe per-call overrides of the defaults.")] = None,
+        options: Annotated[RecallOptions | None, Field(description="Rarely needed tuning.")] = None,
     ) -> RecallResult:
-        """Fast memory retrieval (milliseconds): ranked memories with per-signal scores and a context string to paste into your prompt."""
+        """Search long-term memory (fast). Call it at the start of a task and before answering anything that
+        may depend on the past. Read `context`. Each item has a `confidence` (0-1); `no_match` true means
+        memory holds nothing on this: say so rather than guess."""
         return await call_service(
             ctx,
             lambda s, user: s.recall(
@@ -262,17 +269,18 @@ def memory_tools() -> list[Tool]:
         user_id: UserId = None,
         time_range: Annotated[TimeRange | None, Field(description="Only things that happened in this window.")] = None,
         max_results: Annotated[
-            int | None, Field(description="How many results (1-30; default: the plan's max_results, else 10).")
+            int | None, Field(description="How many (1-30, default 10).")
         ] = None,
         plan: Annotated[
-            QueryPlan | None, Field(description="A plan from explain_plan, possibly edited; run exactly as given.")
+            QueryPlan | None, Field(description="A plan from explain_plan (edited or not), run as given.")
         ] = None,
         project_id: Annotated[str | None, Field(description="Only this project's memories.")] = None,
         reference_time: Annotated[
-            UtcDatetime | None, Field(description="'Now' for relative times in the query (UTC if no offset).")
+            UtcDatetime | None, Field(description="'Now' for relative times in the query.")
         ] = None,
     ) -> DeepSearchResult:
-        """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
+        """Thorough search (seconds): when recall found little (low confidence, no_match) or the question
+        needs several memories, counting or dates. Returns `context`, items and `no_match` like recall."""
         return await call_service(
             ctx,
             lambda s, user: s.deep_search(
@@ -291,13 +299,14 @@ def memory_tools() -> list[Tool]:
         ids: Annotated[list[str] | None, Field(description="Memory ids to delete.")] = None,
         scope: Annotated[
             Literal["user", "project", "session"] | None,
-            Field(description="Delete a whole scope instead: the user, a project, or a session."),
+            Field(description="Delete a whole user, project or session instead."),
         ] = None,
         user_id: UserId = None,
         project_id: Annotated[str | None, Field(description="The project, for scope=project.")] = None,
         session_id: Annotated[str | None, Field(description="The session, for scope=session.")] = None,
     ) -> ForgetReceipt:
-        """Delete memories by id or by scope from every store, for real: old versions and index segments are purged."""
+        """Delete memories for good, only when the user asks: by `ids` (from recall), or a whole
+        session, project or user with `scope`."""
         return await call_service(
             ctx,
             lambda s, user: s.forget(ids=ids, scope=scope, user_id=user, project_id=project_id, session_id=session_id),
@@ -309,9 +318,14 @@ def memory_tools() -> list[Tool]:
         ctx: Context,
         query: Annotated[str, Field(description="The query to plan.")],
         user_id: UserId = None,
+        full: Annotated[bool, Field(description="Also every index's full descriptor and the plan's JSON schema "
+                                                "(~20 KB).")] = False,
     ) -> ExplainPlanResult:
-        """The plan recall and deep_memory_search would run, and the schema of every index, so you can edit the plan and pass it to deep_memory_search. Runs nothing."""
-        return await call_service(ctx, lambda s, user: s.explain_plan(query, user_id=user), user_id, write=False)
+        """Show, without running it, the plan recall and deep_memory_search would run for a query, and a
+        line per index; edit the plan and pass it to deep_memory_search as `plan`."""
+        return await call_service(
+            ctx, lambda s, user: s.explain_plan(query, user_id=user, full=full), user_id, write=False
+        )
 
     return tools
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from types import MappingProxyType
@@ -25,6 +26,7 @@ from mnemoplan.search.temporal import TemporalIndex
 from mnemoplan.search.token_match import TokenMatchIndex
 from mnemoplan.search.working_memory import WorkingMemoryIndex
 from mnemoplan.planner.analyzer import QueryAnalyzer
+from mnemoplan.planner.confidence import CALIBRATED_MODELS, ConfidenceScorer
 from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
 from mnemoplan.planner.llm.expander import LLMExpander
 from mnemoplan.planner.executor import PlanExecutor
@@ -115,7 +117,6 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             log.warning("repaired %d interrupted write(s)", repaired)
         store.maintain_if_fragmented()
     registry = build_registry(store, tokens)
-    warm_up_dates()  # at start-up, not in the first query or message that names a date
     client = llm_client(settings)
     llm = llm_parts(settings, client)
     recall_reranker: Reranker | None = None
@@ -131,6 +132,9 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         config=recall_config(settings),
         reranker=recall_reranker,
         rerank_deadline_s=settings.recall_rerank_deadline_s,
+        model_ready=embedder.ready,
+        confidence=ConfidenceScorer(embedder.embed_query, store.log.vectors, ready=embedder.ready,
+                                    cosine_calibrated=settings.embedding_model in CALIBRATED_MODELS),
     )
     limits = Limits(
         max_text_chars=settings.max_text_chars,
@@ -154,6 +158,10 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
             every=settings.llm_extraction_every,
         )  # fmt: skip
+    # At start-up, not in the first query or message that names a date; but once the service is
+    # built, not within the build: dateparser's warm-up (compiling its time-zone patterns) was most
+    # of the build, and a first call need not wait for it.
+    threading.Thread(target=warm_up_dates, name="mnemoplan-dates", daemon=True).start()
     return MemoryService(
         store=store,
         embedder=embedder,

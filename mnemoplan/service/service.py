@@ -73,6 +73,9 @@ def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
     return wrap
 
 
+RECEIPT_IDS = 20  # ids a forget receipt lists; its counts cover the rest
+
+
 def _json_chars(value: Any) -> int:
     """Characters of ``value`` as stored JSON (not counting escapes of non-ASCII text)."""
     return len(json.dumps(value, default=str, ensure_ascii=False))
@@ -435,23 +438,24 @@ class MemoryService:
         return ForgetReceipt(
             user_id=user,
             scope=label,
-            ids=report.ids[:1000],
+            ids=report.ids[:RECEIPT_IDS],
             removed=len(report.ids),
             deleted=report.per_store,
-            finished_ids=report.finished[:1000],
+            finished_ids=report.finished[:RECEIPT_IDS],
             purged=report.purged,
             warnings=report.warnings,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
     @storage_errors("explain_plan")
-    def explain_plan(self, query: str, *, user_id: str | None = None) -> ExplainPlanResult:
-        """The plans recall and deep search would run, and every index's descriptor. Runs nothing."""
+    def explain_plan(self, query: str, *, user_id: str | None = None, full: bool = False) -> ExplainPlanResult:
+        """The plans recall and deep search would run, and a line per index (``full``: every index's
+        descriptor and the plan's JSON schema). Runs nothing."""
         user = self._reader(user_id)
         query = self._query(query)
-        result = self.deep.explain(query, user)
-        # The schema's bound is the model's widest; this server takes at most its own cap.
-        result.plan_schema["properties"]["max_results"]["maximum"] = self.limits.deep_max_results
+        result = self.deep.explain(query, user, full=full)
+        if result.plan_schema:  # the schema's bound is the model's widest; this server takes at most its own cap
+            result.plan_schema["properties"]["max_results"]["maximum"] = self.limits.deep_max_results
         return result
 
     def users(self) -> list[UserSummary]:

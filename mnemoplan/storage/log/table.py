@@ -177,9 +177,14 @@ class LanceLog:
         return vectors is not None and 0 < len(vectors) <= limit
 
     def vectors(self, user_id: str, ids: list[str], column: str = "embedding") -> dict[str, np.ndarray]:
-        """Stored vectors of some records."""
+        """Stored vectors of some records (from memory when the user's vectors are cached there)."""
         if self.tables.records is None or not ids:
             return {}
+        cached = self.vector_cache.get(user_id) if column == "embedding" else None
+        if cached is not None:
+            rows = {rid: cached.row(rid) for rid in ids}
+            if all(r is not None for r in rows.values()):
+                return {rid: cached.matrix[r] for rid, r in rows.items() if r is not None}
         rows = self.select(RecordFilter(user_id, ids=tuple(ids)), ["id", column])
         return {row["id"]: np.asarray(row[column], dtype=np.float32) for row in rows}
 
