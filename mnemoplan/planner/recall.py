@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
+from mnemoplan.extract.attributes import asked_attribute
 from mnemoplan.search.base import LazyVector, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
@@ -27,6 +28,7 @@ from mnemoplan.model import (
     RecordHead,
     SignalStat,
 )
+from mnemoplan.model.records import REQUESTING_ROLES
 from mnemoplan.model.scope import Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
 from mnemoplan.planner.deterministic import recall_plan
@@ -96,6 +98,7 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
     )
 
 
+SLOT_DEPTH = 60  # candidates searched for the fact that answers a question about an attribute
 HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
 
 
@@ -202,6 +205,7 @@ class RecallPipeline:
         rows = heads if heads is not None else self.records.get(scope.user_id, ids)
         rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
+        order = self._slot_first(plan.query, order, scope.user_id)
         if heads is None:
             ranked, records = order[:limit], rows
         else:
@@ -209,6 +213,35 @@ class RecallPipeline:
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
+
+    def _slot_first(self, query: str, order: list[Candidate], user_id: str) -> list[Candidate]:
+        """A question about one of the asker's attributes ("Where do I work?") gets its answer
+        first: the current value's fact (the newest first; an ending when the value ended), or
+        for a question about the past ("Where did I live before?") the superseded values, newest
+        first. Only among the best ``SLOT_DEPTH`` candidates, of facts about a requesting speaker
+        (a user, who asks)."""
+        attribute, past = asked_attribute(query)
+        if not attribute or not order:
+            return order
+        top = order[:SLOT_DEPTH]
+        recs = self.records.get(user_id, [c.id for c in top])
+        slot = [c for c in top if (r := recs.get(c.id)) is not None and r.kind == "fact"
+                and r.metadata.get("attribute") == attribute
+                and str(r.metadata.get("subject", "")).lower() in REQUESTING_ROLES]  # fmt: skip
+        if past:
+            first = [c for c in slot if recs[c.id].superseded_by and recs[c.id].metadata.get("value")]
+        else:
+            first = [c for c in slot if not recs[c.id].superseded_by]
+        if not first:
+            return order
+        first.sort(key=lambda c: recs[c.id].occurred_at, reverse=True)
+        lead = order[0].score
+        for i, cand in enumerate(first):
+            raised = lead + 1e-3 * (len(first) - i)
+            cand.scores["slot"] = round(raised - cand.score, 4)
+            cand.score = raised
+        chosen = {c.id for c in first}
+        return first + [c for c in order if c.id not in chosen]
 
     def _read_best(self, order: list[Candidate], user_id: str, limit: int) -> tuple[list[Candidate], dict[str, Record]]:
         """The records of the best ``limit`` candidates; one forgotten since ranking makes room
