@@ -46,6 +46,7 @@ _NOT_VALUES = frozenset("""
 i i'm i've i'll i'd im my me we we're our us you your it it's this that these those the a an and but so or
 he she they his her their him them there here what who when where why how which hi hey hello ok okay
 yes no oh ugh lol thanks thank please sorry wait update news big new now just also still dr dr. mr mrs ms
+honestly phd ngo mba ceo cto hr it lol omg ok nope yeah yep
 monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
 september october november december christmas easter today tomorrow yesterday anyway btw omg haha wow
 good great morning evening night hmm nooo hola ciao ok. olá hoi oi greetings congrats
@@ -56,18 +57,19 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
               r"neighbou?rs?|here in|settled", "{s} lives in {v}", asks="where|home"),
     Attribute("neighbourhood", r"neighbou?rhood|district|area|borough|quarter|suburb", "{s} lives in the {v} neighbourhood"),
     Attribute("employer", r"work|working|works|job|employer|company|firm|joined|hired|manager|boss|team lead|"
-              r"colleagues?|coworkers?|office|internship|started at|first (?:week|day|month) at",
+              r"colleagues?|coworkers?|office|internship|started at|first (?:week|day|month) at|retired|laid off|fired",
               "{s} works at {v}", asks="employer|company|work for"),
-    Attribute("job_title", r"job|role|title|position|promoted|profession|career|for a living",
+    Attribute("job_title", r"job|role|title|position|promoted|profession|career|for a living|retired|retirement|"
+              r"laid off",
               "{s} works as {v}", asks="do for (?:a living|work|a job)|role|title|job"),
     Attribute("university", r"universit\w*|uni|college|school|study|studying|studies|degree|phd|master'?s|"
-              r"bachelor'?s|professor|lecturer|campus|semester|enrolled|transferred",
+              r"bachelor'?s|professor|lecturer|campus|semester|enrolled|transferred|graduated|student|thesis",
               "{s} studies at {v}", asks="study|attend|school|uni"),
     Attribute("partner", r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|dating|engaged|married|"
-              r"together|going out with", "{s}'s partner is {v}", asks="relationship|partner"),
+              r"together|going out with|broke up|broken up|split up|divorced|single", "{s}'s partner is {v}", asks="relationship|partner"),
     Attribute("pet", r"pet|dog|cat|kitten|puppy|hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle",
               "{s}'s pet is {v}"),
-    Attribute("car", r"car|drive|driving|drove", "{s} drives {v}"),
+    Attribute("car", r"car|drive|driving|drove|car-free", "{s} drives {v}"),
     Attribute("phone", r"phone|smartphone|mobile", "{s}'s phone is {v}"),
     Attribute("laptop", r"laptop|notebook|macbook|computer", "{s}'s laptop is {v}"),
     Attribute("email", r"e-?mail|address|inbox|mailbox", "{s}'s email is {v}"),
@@ -115,6 +117,7 @@ _RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|
 _OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{_RELATIONS})(?:'s)?\b|"
                             r"\b(?:he|she|they)\b(?!'s a )", re.I)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
+_SUBJECT_I = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've)\b", re.I)
 _HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
                     r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
                     r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*)\b", re.I)
@@ -128,10 +131,20 @@ _ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold
                      r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
                      r"said goodbye|without a|no more|car-free|don't have (?:a|an|any)|do not have|got rid of|"
                      r"dropped|shut off|shut down|not a \w+ anymore)\b", re.I)
-_ADD = re.compile(r"\b(?:also|too|as well|second|another|both|two|on the side|in addition|plus|additional|"
+_ADD = re.compile(r"\b(?:also|too|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
                   r"extra|as a side|beside|besides|and my work)\b", re.I)
 _NOT_X = re.compile(r"\bnot\s+(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
 _FROM_TO = re.compile(r"\bfrom\s+(?P<old>[^,.!?;]+?)\s+to\s+(?P<new>[^,.!?;]+)", re.I)
+# What may stand between a cue and its value: "work at", "moved to the", "my dog, Moose", "drive a 2012"
+_GAP = re.compile(r"[\s,:\-–]*(?:(?:at|in|to|for|with|from|on|is|are|was|named|called|now|the|a|an|my|our|new|old|"
+                  r"little|current|two|of|by|into|as|over|here|there|\d+|dr\.?|mr\.?|ms\.?|mrs\.?)\b[\s,:\-–]*){0,4}",
+                  re.I)
+_RELATION_CUE = re.compile(r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|pet|dog|cat|kitten|puppy|"
+                           r"hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle", re.I)
+_AT_FRAME = re.compile(r"(?:\b(?:i'm|i am|im|now|we're)\s+(?:now\s+)?(?:at|with|on)|\b(?:joined|switched to|"
+                       r"upgraded to|changed to|started at|transferred to|went with|signed up (?:with|for|at)|"
+                       r"went over to|now with))\s+(?:the\s+)?$", re.I)
+_IN_FRAME = re.compile(r"\b(?:i'm|i am|im|we're|we are|now)\s+(?:now\s+)?(?:in|based in|living in)\s+$", re.I)
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 
@@ -230,11 +243,11 @@ def _frames(sentence: str) -> list[AttributeStatement]:
         if kind and value and value.lower() not in _NOT_VALUES:
             out.append(AttributeStatement(kind, value, adds=bool(re.search(r"\btwo|both|favourites\b", s, re.I))))
     # "I'm a X (at|in|on) ...", "as a X", "bumped up to X", "now I'm X of"
-    for m in re.finditer(r"\b(?:i'm|i am|im|i work as|working as|promoted to|bumped up to|first (?:\w+ )?as|"
+    for m in re.finditer(r"\b(?:i'm|i am|im|i work as|working as|as|promoted to|bumped up to|first (?:\w+ )?as|"
                          r"now i'm|i'm now|still)\s+(?:an?\s+|the\s+)?(?:(?:\w+\s+)?(?:only|new|lifelong|proud)\s+)?",
                          s, re.I):
         phrase = _phrase_after(s, m.end(), 4)
-        if re.search(r"\b(?:engineer|designer|developer|dev|manager|nurse|teacher|analyst|accountant|auditor|"
+        if not re.search(r"\b(?:not|no|never)\b", phrase, re.I) and re.search(r"\b(?:engineer|designer|developer|dev|manager|nurse|teacher|analyst|accountant|auditor|"
                      r"barista|supervisor|lead|principal|doctor|lawyer|consultant|scientist|photographer|writer|"
                      r"editor|chef|cook|driver|officer|assistant|director|architect|researcher|student|intern|"
                      r"founder|owner|illustrator|programmer|administrator|technician|clerk|pharmacist|therapist|"
@@ -242,12 +255,17 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                      r"freelancer|freelance \w+|tutor|coach|translator|journalist|cashier|waiter|waitress|"
                      r"receptionist|programme manager)s?$", phrase, re.I):
             out.append(AttributeStatement("job_title", phrase.lower()))
+            rest = s[m.end():]
+            at = re.match(rf"\s*{re.escape(phrase)}\s+(?:\w+\s+){{0,4}}?(?:at|for|with)\s+(?:the\s+)?(?={_NAMEISH})", rest, re.I)
+            employer = _names(rest[at.end():]) if at else []
+            if employer and employer[0][0] == 0 and not _by_value(employer[0][1]):
+                out.append(AttributeStatement("employer", employer[0][1]))
         elif re.match(r"\w+ fan\b", phrase + " ", re.I) or re.search(r"\bfan\b", s[m.end():m.end() + 40], re.I):
             team = _names(s[m.end():])
             if team:
                 out.append(AttributeStatement("favourite_team", team[0][1]))
     # "I'm 34", "I turned 40", "34 years old"
-    for m in re.finditer(r"\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
+    for m in re.finditer(r"(?<!like )\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
                          r"minutes|hours|€|\$|euros))|\b(?P<w>\d{1,3}) (?:years old|yo)\b", s, re.I):
         out.append(AttributeStatement("age", m.group("v") or m.group("w")))
     for m in EMAIL_RE.finditer(s):
@@ -281,7 +299,7 @@ def _other_subject(sentence: str, at: int) -> bool:
     other = list(_OTHER_SUBJECT.finditer(head))
     if not other:
         return False
-    mine = [m for m in _FIRST_PERSON.finditer(head) if m.start() > other[-1].end()]
+    mine = [m for m in _SUBJECT_I.finditer(head) if m.start() > other[-1].end()]
     return not mine
 
 
@@ -326,22 +344,41 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     names = _names(sentence)
     closed = _closed_values(sentence)
     taken = {st.value.lower() for st in out}
-    if first or corrections:
-        for pos, value in names:
-            if value.lower() in taken or any(value.lower() == c.lower() for c in corrections):
+    first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I))
+    if first and not visit:
+        for c_start, c_end, attr in cues:
+            if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email"):
+                continue  # their values are no names
+            pick = next(((pos, v) for pos, v in names if pos >= c_end and v.lower() not in taken
+                         and _GAP.fullmatch(sentence[c_end:pos])), None)
+            if pick is None:
                 continue
-            attr = _by_value(value)
-            if not attr:
-                near = [c for c in cues if c[1] <= pos and pos - c[1] <= 40] or [c for c in cues if 0 <= c[0] - pos - len(value) <= 25]
-                if not near:
+            pos, value = pick
+            if _RELATION_CUE.fullmatch(sentence[c_start:c_end]):
+                # "my girlfriend Ingrid", "our cat Pixel": the speaker's, unless another's ("her boyfriend Joris")
+                owner = sentence[max(0, c_start - 30):c_start]
+                if (not re.search(r"\b(?:my|our|a|the|new)\s+(?:\w+\s+)?$", owner, re.I)
+                        or re.search(r"\b(?:her|his|their|your|\w+'s)\s+(?:\w+\s+)?$", owner, re.I)
+                        or _other_subject(sentence, c_start)):
                     continue
-                attr = near[-1][2] if near[-1][1] <= pos else near[0][2]
-                if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email"):
-                    continue  # their values are no names
-            if visit or _other_subject(sentence, pos):
+            elif _other_subject(sentence, c_start):
                 continue
             taken.add(value.lower())
-            out.append(AttributeStatement(attr, value, adds=adds and ATTRIBUTES[attr].multi or adds))
+            attr = _by_value(value) or attr
+            out.append(AttributeStatement(attr, value, adds=adds))
+        for pos, value in names:
+            if value.lower() in taken or _other_subject(sentence, pos):
+                continue
+            attr = _by_value(value)
+            lead = sentence[max(0, pos - 40):pos]
+            if not attr and _IN_FRAME.search(lead):
+                attr = "home_city"
+            if not attr and _AT_FRAME.search(lead):
+                attr = "?"  # "now I'm at Mercari": the attribute of the value it follows (``ingest.attributes``)
+            if attr:
+                taken.add(value.lower())
+                out.append(AttributeStatement(attr, value, adds=adds))
+    if first or corrections:
         for pos, attr, value in closed:
             if value in taken or visit or _other_subject(sentence, pos):
                 continue

@@ -36,6 +36,9 @@ PREDICATE = "attribute "  # the predicate of an attribute fact: "attribute emplo
 # Speakers who answer a person rather than speak of themselves: their "I" is not the person.
 ANSWERING_ROLES = ("assistant", "ai", "bot", "system", "agent", "model", "tool")
 ATTRIBUTE_CONFIDENCE = 0.8
+# Attributes whose value one is "at": "now I'm at X" names one of these
+AT_ATTRIBUTES = ("employer", "university", "gym", "bank", "doctor", "internet_provider", "streaming_service",
+                 "favourite_team")
 
 
 def label(attribute: str) -> str:
@@ -156,6 +159,12 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         elif ATTRIBUTES.get(attribute) and ATTRIBUTES[attribute].multi and named:
             held = named  # "I quit climbing" ends climbing, not every hobby
         return Decision(store=True, supersede=[f.id for f in held], ended=[f.object for f in held])
+    if attribute == "?":  # "now I'm at Mercari": the attribute of the latest value said with "at"
+        latest = [f for f in _current(known) if f.predicate[len(PREDICATE):] in AT_ATTRIBUTES]
+        if not latest:
+            return Decision(store=False)
+        attribute = latest[-1].predicate[len(PREDICATE):]
+        _set_attribute(fact, attribute, value)
     held = _current(known, attribute)
     if any(_same(f.object, value) for f in held):
         return Decision(store=False)
