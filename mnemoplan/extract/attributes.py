@@ -182,7 +182,8 @@ def _names(text: str) -> list[tuple[int, str]]:
 
 def _phrase_after(text: str, start: int, most: int = 4) -> str:
     """The short phrase from ``start`` to the clause's end (at most ``most`` words)."""
-    rest = re.split(r"[,.!?;:()]|\s(?:and|but|so|because|which|who|since|at|in|on|for|with|from|now|lol|"
+    rest = re.split(r"[,.!?;:()]|\s(?:and|but|so|because|which|who|since|at|in|on|for|with|from|now|lol|is|was|"
+                    r"are|has|had|of|i|i'm|to|who|that|after|before|until|this|these|every|"
                     r"haha|anymore|though|tho)\s", text[start:] + " ", maxsplit=1, flags=re.I)[0]
     words = rest.split()[:most]
     return _clean(" ".join(words))
@@ -328,9 +329,21 @@ def _corrected(sentence: str, m: re.Match[str], previous: str) -> str:
     return chunk
 
 
+def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_at: int) -> bool:
+    """A value said after a hedge or a visit ("maybe we'll move to X", "back from Vienna") is not
+    the speaker's; an ending after a hedge neither. What comes before them stands ("my girlfriend
+    Sofie and I want to ...")."""
+    if not st.value:
+        return hedge_at == len(sentence)
+    at = sentence.lower().find(st.value.lower())
+    return at < 0 or at < doubt_at
+
+
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
-    hedged = bool(_HEDGE.search(sentence))
-    visit = bool(_VISIT.search(sentence))
+    hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
+    visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
+    hedged = hedge_at == 0
+    visit = False
     adds = bool(_ADD.search(sentence))
     first = bool(_FIRST_PERSON.search(sentence))
     corrections = [_clean(m.group("old")) for m in _NOT_X.finditer(sentence)]
@@ -393,6 +406,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         about = {c[2] for c in cues if abs(c[0] - _ENDING.search(sentence).start()) < 60}
         for attr in about or {""}:
             out.append(AttributeStatement(attr, "", ending=True))
+    out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)]
     for m in _NOT_X.finditer(sentence):
         old = _clean(m.group("old"))
         new = _corrected(sentence, m, previous)
@@ -417,13 +431,17 @@ def value_terms(value: str) -> list[str]:
     return [w.strip(".") for w in words if len(w.strip(".")) >= 3 or any(ch.isdigit() for ch in w)]
 
 
-def mentions(text: str, value: str, *, loose: bool = True) -> bool:
-    """Whether ``text`` names ``value`` (whole words, any case; ``loose``: or a distinctive word of it)."""
+def mentions(text: str, value: str, *, loose: bool = True, unlike: str = "") -> bool:
+    """Whether ``text`` names ``value`` (whole words, any case; ``loose``: or a distinctive word of
+    it, one that ``unlike``, another value, does not share: "project manager" is not named by
+    "manager" when told from "program manager")."""
     if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.I):
         return True
     if not loose:
         return False
-    return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?!\w)", text, re.I) for w in value_terms(value))
+    shared = {w.lower() for w in value_terms(unlike)}
+    terms = [w for w in value_terms(value) if w.lower() not in shared]
+    return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?!\w)", text, re.I) for w in terms)
 
 
 _HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|old|first|originally|back then|earlier|past|"

@@ -92,7 +92,7 @@ def records_of(message: Record) -> list[Record]:
         elif st.value and (st.attribute not in seen or st.adds or st.replaces or _multi(st.attribute)):
             seen.add(st.attribute)  # one value of an attribute per message, unless it adds
             values.append(_record(message, st))
-    return endings + values  # what ends, ends before what begins
+    return values + endings  # a new value first: "I left Rakuten, now at Mercari" replaces; the ending then finds nothing
 
 
 def _multi(attribute: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,7 +30,7 @@ from mnemoplan.model import (
     SignalStat,
 )
 from mnemoplan.model.records import REQUESTING_ROLES
-from mnemoplan.model.scope import Scope
+from mnemoplan.model.scope import RecordFilter, Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
 from mnemoplan.planner.deterministic import recall_plan
 from mnemoplan.planner.executor import PlanExecutor, StepResult
@@ -98,7 +99,7 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
     )
 
 
-SLOT_DEPTH = 60  # candidates searched for the fact that answers a question about an attribute
+SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
 HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
 
 
@@ -207,7 +208,9 @@ class RecallPipeline:
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
         order = self._slot_first(plan.query, order, scope.user_id)
         if heads is None:
-            ranked, records = order[:limit], rows
+            missing = [c.id for c in order[:limit] if c.id not in rows]
+            rows = {**rows, **(self.records.get(scope.user_id, missing) if missing else {})}
+            ranked, records = [c for c in order[:limit] if c.id in rows], rows
         else:
             ranked, records = self._read_best(order, scope.user_id, limit)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
@@ -218,28 +221,33 @@ class RecallPipeline:
         """A question about one of the asker's attributes ("Where do I work?") gets its answer
         first: the current value's fact (the newest first; an ending when the value ended), or
         for a question about the past ("Where did I live before?") the superseded values, newest
-        first. Only among the best ``SLOT_DEPTH`` candidates, of facts about a requesting speaker
-        (a user, who asks)."""
+        first. Facts about a requesting speaker (a user, who asks) only."""
         attribute, past = asked_attribute(query)
-        if not attribute or not order:
+        select = getattr(self.records, "select", None)
+        if not attribute or not order or select is None:
             return order
-        top = order[:SLOT_DEPTH]
-        recs = self.records.get(user_id, [c.id for c in top])
-        slot = [c for c in top if (r := recs.get(c.id)) is not None and r.kind == "fact"
-                and r.metadata.get("attribute") == attribute
-                and str(r.metadata.get("subject", "")).lower() in REQUESTING_ROLES]  # fmt: skip
-        if past:
-            first = [c for c in slot if recs[c.id].superseded_by and recs[c.id].metadata.get("value")]
-        else:
-            first = [c for c in slot if not recs[c.id].superseded_by]
-        if not first:
+        rows = select(RecordFilter(user_id, kinds=("fact",), current=None if past else True),
+                      ["id", "metadata", "occurred_at", "superseded_by"])
+        slot = []
+        for row in rows:
+            meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else (row["metadata"] or {})
+            if meta.get("attribute") != attribute or str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
+                continue
+            if past and not (row["superseded_by"] and meta.get("value")):
+                continue
+            slot.append((row["occurred_at"], row["id"]))
+        if not slot:
             return order
-        first.sort(key=lambda c: recs[c.id].occurred_at, reverse=True)
+        slot.sort(reverse=True)
+        by_id = {c.id: c for c in order}
         lead = order[0].score
-        for i, cand in enumerate(first):
-            raised = lead + 1e-3 * (len(first) - i)
+        first = []
+        for i, (_, rid) in enumerate(slot[:SLOT_MOST]):
+            cand = by_id.get(rid) or Candidate(rid, 0.0, provenance=["attribute"])
+            raised = lead + 1e-3 * (len(slot) - i)
             cand.scores["slot"] = round(raised - cand.score, 4)
             cand.score = raised
+            first.append(cand)
         chosen = {c.id for c in first}
         return first + [c for c in order if c.id not in chosen]
 

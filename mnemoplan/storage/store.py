@@ -293,7 +293,9 @@ class MemoryStore:
                 if row["kind"] == "message" and str(row["speaker"] or "").lower() not in who:
                     continue
                 text = str(row["text"] or "")
-                if not any(mentions(text, v) for v in wanted) or (new_value and mentions(text, new_value)):
+                if not any(mentions(text, v, unlike=new_value) for v in wanted):
+                    continue
+                if new_value and any(mentions(text, new_value, unlike=v) for v in wanted):
                     continue
                 self.log.set_superseded(row["id"], by_id, at, user_id)
                 if row["kind"] == "fact":
