@@ -25,11 +25,14 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 from mnemoplan.extract.attributes import ATTRIBUTES, AttributeStatement, attribute_statements, mentions
 from mnemoplan.extract.names import entity_key
-from mnemoplan.model import EntityMention, Record
+from mnemoplan.errors import InvalidInput
+from mnemoplan.model import EntityMention, FactIn, Record
+from mnemoplan.model.records import check_scope
 from mnemoplan.storage.ledger import KnownFact
 
 PREDICATE = "attribute "  # the predicate of an attribute fact: "attribute employer"
@@ -103,6 +106,36 @@ def _multi(attribute: str) -> bool:
 def _record(message: Record, st: AttributeStatement) -> Record:
     return attribute_record(message, message.speaker, st.attribute, st.value, ending=st.ending, adds=st.adds,
                             replaces=st.replaces, sentence=message.text)
+
+
+def stated_record(
+    user_id: str, fact: FactIn, *, session_id: str = "", project_id: str = "", at: datetime | None = None,
+) -> Record:
+    """The fact record of a fact an agent states (``remember``'s ``fact``).
+
+    Raises:
+        InvalidInput: no attribute, or neither a value nor ``ended``.
+    """
+    attribute = re.sub(r"[\s-]+", "_", fact.attribute.strip().lower())
+    value = (fact.value or "").strip()
+    if not attribute:
+        raise InvalidInput("fact.attribute is empty.", hint="e.g. {\"attribute\": \"employer\", \"value\": \"Mercari\"}")
+    if not value and not fact.ended:
+        raise InvalidInput("fact needs a value, or ended: true.", hint="e.g. {\"attribute\": \"car\", \"ended\": true}")
+    when = fact.occurred_at or at or datetime.now(UTC)
+    subject = check_scope(fact.subject, what="fact.subject") or "user"
+    base = Record(id=uuid.uuid4().hex, user_id=user_id, project_id=project_id, session_id=session_id,
+                  text=f"{attribute}: {value}", occurred_at=when, created_at=datetime.now(UTC))
+    rec = attribute_record(base, subject, attribute, "" if fact.ended else value, ending=fact.ended, extractor="agent")
+    rec.derived_from = []
+    rec.metadata["confidence"] = 0.9
+    return rec
+
+
+def state_fact(ingestor: Any, user_id: str, fact: FactIn, **where: Any) -> list[Record]:
+    """Store a fact an agent states, decided like those read from messages; the records stored
+    (none when it says what is already current)."""
+    return list(ingestor.add_facts(user_id, [stated_record(user_id, fact, **where)], read=[]))
 
 
 def is_attribute_fact(fact: Record) -> bool:

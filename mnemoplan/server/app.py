@@ -30,6 +30,7 @@ from mnemoplan.errors import InvalidInput, MnemoError, ReadOnlyData, Unavailable
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
+    FactIn,
     ForgetReceipt,
     Kind,
     MessageIn,
@@ -331,6 +332,9 @@ def memory_tools() -> list[Tool]:
         metadata: Annotated[Metadata | None, Field(description="Free-form JSON kept with it.")] = None,
         flush: Annotated[bool, Field(description="Extract facts from this session's pending messages now "
                                                  "(with an LLM configured; otherwise every 10 messages).")] = False,
+        fact: Annotated[FactIn | None, Field(description=(
+            "Instead of content or messages: a fact you read yourself, e.g. {\"attribute\": \"employer\", "
+            "\"value\": \"Booking.com\"}; a new value supersedes the old one, ended=true closes it."))] = None,
     ) -> RememberResult:
         """Store messages or facts for a user, losslessly, and index them. A repeat is not stored
         twice: a message whose source_id its session already holds; without a source_id, the
@@ -348,7 +352,7 @@ def memory_tools() -> list[Tool]:
             lambda s: s.remember(
                 content=content, messages=messages, user_id=user_id, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
-                flush=flush, progress=progress,
+                flush=flush, progress=progress, fact=fact,
             ),  # fmt: skip
         )
 
