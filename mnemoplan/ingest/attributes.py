@@ -95,6 +95,8 @@ def records_of(message: Record) -> list[Record]:
         elif st.value and (st.attribute not in seen or st.adds or st.replaces or _multi(st.attribute)):
             seen.add(st.attribute)  # one value of an attribute per message, unless it adds
             values.append(_record(message, st))
+    for rec in endings:  # what the message itself states anew is not what it ends
+        rec.metadata["_new"] = [r.metadata["value"] for r in values]
     return values + endings  # a new value first: "I left Rakuten, now at Mercari" replaces; the ending then finds nothing
 
 
@@ -167,6 +169,7 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
     meta = fact.metadata
     attribute, value = str(meta["attribute"]), str(meta.get("value", ""))
     sentence = str(meta.pop("_sentence", ""))
+    new_values = [str(v) for v in meta.pop("_new", [])]
     replaces = str(meta.get("replaces", ""))
     if replaces:  # "KPMG, not Deloitte": only a value the person holds can be corrected
         named = [f for f in _current(known, attribute) if _same(f.object, replaces)]
@@ -183,7 +186,8 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         held = _current(known, attribute)
         if attribute and not held:
             return Decision(store=False)
-        named = [f for f in held if sentence and mentions(sentence, f.object)]
+        named = [f for f in held if sentence and mentions(sentence, f.object)
+                 and not any(_same(f.object, v) for v in new_values)]
         if not attribute:  # an ending with no attribute named ends what it names: "I left Rakuten"
             held = named
             if not held:
