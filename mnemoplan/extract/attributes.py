@@ -118,6 +118,11 @@ _OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{_RELA
                             r"\b(?:he|she|they)\b(?!'s a )", re.I)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
 _SUBJECT_I = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've)\b", re.I)
+_DENIED = re.compile(r"\b(?:don't|dont|do not|doesn't|does not|didn't|did not|never|not|no longer|isn't|aren't|"
+                     r"wasn't|weren't|won't|can't|cannot)\b", re.I)
+# Doubt about the whole sentence, wherever it is said ("I think I moved to Porto, not sure")
+_UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly|unsure|not certain|kinda|sort of)\b",
+                     re.I)
 _HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
                     r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
                     r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*)\b", re.I)
@@ -336,13 +341,15 @@ def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_a
     if not st.value:
         return hedge_at == len(sentence)
     at = sentence.lower().find(st.value.lower())
+    if at > 0 and _DENIED.search(sentence[max(0, at - 30):at]):
+        return False  # "I don't live in Paris"
     return at < 0 or at < doubt_at
 
 
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
     hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
     visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
-    hedged = hedge_at == 0
+    hedged = hedge_at == 0 or bool(_UNSURE.search(sentence))
     visit = False
     adds = bool(_ADD.search(sentence))
     first = bool(_FIRST_PERSON.search(sentence))
