@@ -187,7 +187,7 @@ def _names(text: str) -> list[tuple[int, str]]:
 
 def _phrase_after(text: str, start: int, most: int = 4) -> str:
     """The short phrase from ``start`` to the clause's end (at most ``most`` words)."""
-    rest = re.split(r"[,.!?;:()]|\s(?:and|but|so|because|which|who|since|at|in|on|for|with|from|now|lol|is|was|"
+    rest = re.split(r"[,.!?;:()]|\s(?:and(?!\s+(?-i:[A-Z]))|but|so|because|which|who|since|at|in|on|for|with|from|now|lol|is|was|"
                     r"are|has|had|of|i|i'm|to|who|that|after|before|until|this|these|every|"
                     r"haha|anymore|though|tho)\s", text[start:] + " ", maxsplit=1, flags=re.I)[0]
     words = rest.split()[:most]
@@ -369,7 +369,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         for c_start, c_end, attr in cues:
             if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email"):
                 continue  # their values are no names
-            pick = next(((pos, v) for pos, v in names if pos >= c_end and v.lower() not in taken
+            pick = next(((pos, v) for pos, v in names if pos >= c_end and not any(v.lower() in t for t in taken)
                          and _GAP.fullmatch(sentence[c_end:pos])), None)
             if pick is None:
                 continue
