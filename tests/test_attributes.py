@@ -114,6 +114,8 @@ def test_the_past_is_answered_from_history(service: MemoryService) -> None:
     assert "Rotterdam" in now[0].text and now[0].current
     before = ask(service, "u", "Where did I live before Rotterdam?")
     assert "Utrecht" in before[0].text and not before[0].current
+    held = before[0].metadata  # with the interval it held
+    assert held["valid_from"] == T0.isoformat() and held["valid_to"] == (T0 + timedelta(days=20)).isoformat()
 
 
 def test_an_ending_closes_the_value_without_a_new_one(service: MemoryService) -> None:

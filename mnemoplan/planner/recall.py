@@ -95,8 +95,19 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
         source_ids=source_ids,
         current=not rec.superseded_by,
         access_count=rec.access_count,
-        metadata=copy.deepcopy(rec.metadata),  # the record may be the cache's: a caller's edits stay theirs
+        metadata=_with_validity(rec),
     )
+
+
+def _with_validity(rec: Record) -> dict[str, Any]:
+    """A record's metadata for its item (a copy: the record may be the cache's, a caller's edits
+    stay theirs); an attribute fact's also says when it held: ``valid_from``, ``valid_to``."""
+    meta = copy.deepcopy(rec.metadata)
+    if rec.kind == "fact" and "attribute" in meta:
+        start = rec.valid_from or rec.occurred_at
+        meta["valid_from"] = start.isoformat()
+        meta["valid_to"] = rec.valid_to.isoformat() if rec.valid_to else None
+    return meta
 
 
 SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
