@@ -201,3 +201,11 @@ def test_bench_suite_command_runs_a_slice(tmp_path: Path) -> None:
                  "--embedding-model", "hash", "--out", str(out)])
     assert code == 0
     assert (out / "metrics.json").exists() and (out / "report.md").exists() and (out / "questions.jsonl").exists()
+
+
+def test_between_named_people_only_the_sentence_rules_replace(service: MemoryService) -> None:
+    tell(service, "u", [("Zoe", "I live in Lyon and I love sailing"), ("Zoe", "I moved to Porto last month")])
+    rows = service.store.log.select("user_id = 'u'", ["kind", "text", "superseded_by", "metadata"])
+    assert not [r for r in rows if '"extractor": "attributes"' in (r["metadata"] or "")]
+    lyon = next(r for r in rows if r["kind"] == "message" and "Lyon" in r["text"])
+    assert lyon["superseded_by"] == ""  # its sailing fact still holds

@@ -182,16 +182,14 @@ def test_a_message_reopens_with_any_of_its_facts(service: MemoryService) -> None
     assert not service.store.log.get("u", [first])[first].superseded_by  # Lyon is where she lives again
 
 
-def test_a_message_naming_a_replaced_value_is_closed_and_its_other_facts_stay(service: MemoryService) -> None:
-    # Issue 30: the messages that stated an old value are marked not current (they would otherwise
-    # outrank the new one); what else they said stays current in the facts read from them.
+def test_a_message_stays_current_while_any_fact_read_from_it_is(service: MemoryService) -> None:
     service.remember(messages=[MessageIn(content="I live in Lyon and I love sailing", speaker="Zoe",
                                          occurred_at=SAID)], user_id="u", session_id="s1")  # fmt: skip
     service.remember(messages=[MessageIn(content="I live in Porto", speaker="Zoe")], user_id="u", session_id="s2")
     facts = facts_of(service, "u")
     assert any("sailing" in f["text"] and not f["superseded_by"] for f in facts)
     first = service.store.log.select("user_id = 'u' AND kind = 'message'", ["text", "superseded_by"])
-    assert {r["text"]: r["superseded_by"] for r in first}["I live in Lyon and I love sailing"] != ""
+    assert {r["text"]: r["superseded_by"] for r in first}["I live in Lyon and I love sailing"] == ""
 
 
 def test_the_entity_graph_is_per_user(service: MemoryService) -> None:
