@@ -230,7 +230,8 @@ def _frames(sentence: str) -> list[AttributeStatement]:
     out: list[AttributeStatement] = []
     s = sentence
     # "my favourite band is X", "new favourite book: X", "my favourite is now X" (kind from the clause)
-    for m in re.finditer(rf"{_FAVOURITE}\s*(?P<kind>\w+)?\s*(?:is|are|:|=|alert:|has (?:officially )?changed,? it's|"
+    for m in re.finditer(rf"{_FAVOURITE}\s*(?P<kind>{'|'.join(_FAV_KIND)})?\b\s*(?:is|are|:|=|alert:|"
+                         rf"has (?:officially )?changed,? it's|"
                          rf"is now|now is|now:)?\s*(?:now\s+)?(?:is\s+)?(?::\s*)?", s, re.I):
         kind = _FAV_KIND.get((m.group("kind") or "").lower())
         if kind is None:
@@ -241,10 +242,13 @@ def _frames(sentence: str) -> list[AttributeStatement]:
         elif m.end() < len(s) and re.match(r"\s*(?:is|are|:|=|alert)", s[m.start("kind") if m.group("kind") else
                                                                                m.end():] + " ", re.I) is None:
             value = _phrase_after(s, m.end())
-        before = re.search(r"(?P<v>[^,.!?;:]+?)\s+(?:is|are|has been|have been|'s|’s)\s+(?:my|our)\s+(?:\w+\s+)?"
-                           rf"(?:\w+\s+)?{_FAVOURITE}", s, re.I)
+        before = re.search(r"(?P<v>[^,.!?;:]+?)(?:\s+(?:is|are|has been|have been|has become|became|is now|are now)|"
+                           r"['’]s(?: been| now)?)\s+(?:my|our)\s+(?:\w+\s+)?(?:\w+\s+)?" + _FAVOURITE, s, re.I)
         if before:
             value = _clean(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
+            if value.lower() in ("it", "that", "this", "they", "it's", "that's") or not value:
+                earlier = _names(s[: before.start("v")])  # "just finished Piranesi and it's my new favourite"
+                value = earlier[-1][1] if earlier else ""
             value = re.sub(r"^(?:i think|i guess|for the past \w+ or so|ok|okay)\s+", "", value, flags=re.I)
         if kind and value and value.lower() not in _NOT_VALUES:
             out.append(AttributeStatement(kind, value, adds=bool(re.search(r"\btwo|both|favourites\b", s, re.I))))
@@ -343,7 +347,8 @@ def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_a
     at = sentence.lower().find(st.value.lower())
     if at > 0 and _DENIED.search(sentence[max(0, at - 30):at]):
         return False  # "I don't live in Paris"
-    return at < 0 or at < doubt_at
+    # a doubt in an earlier clause ("since the trip to Peru, ceviche has become my favourite") stays there
+    return at < 0 or at < doubt_at or bool(re.search(r"[,;]", sentence[doubt_at:at]))
 
 
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
@@ -451,8 +456,8 @@ def mentions(text: str, value: str, *, loose: bool = True, unlike: str = "") -> 
     return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?!\w)", text, re.I) for w in terms)
 
 
-_HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|old|first|originally|back then|earlier|past|"
-                      r"when did|ex|prior|switch\w*|change\w*|move\w*|moved|left|start\w*)\b", re.I)
+_HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|(?:my|the) old|originally|back then|earlier|"
+                      r"in the past|when did|ex|prior|switch(?:ed)? from|left)\b", re.I)
 
 
 def asked_attribute(query: str) -> tuple[str, bool]:

@@ -39,6 +39,9 @@ PREDICATE = "attribute "  # the predicate of an attribute fact: "attribute emplo
 # Speakers who answer a person rather than speak of themselves: their "I" is not the person.
 ANSWERING_ROLES = ("assistant", "ai", "bot", "system", "agent", "model", "tool")
 ATTRIBUTE_CONFIDENCE = 0.8
+# Attributes a person always has: a value is replaced, never ended
+LASTING = frozenset({"age", "home_city", "neighbourhood", "hair_colour", "favourite_food", "favourite_band",
+                     "favourite_book"})
 # Attributes whose value one is "at": "now I'm at X" names one of these
 AT_ATTRIBUTES = ("employer", "university", "gym", "bank", "doctor", "internet_provider", "streaming_service",
                  "favourite_team")
@@ -188,11 +191,13 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
             return Decision(store=False, supersede=[f.id for f in named], ended=[f.object for f in named])
         return Decision(store=True, supersede=[f.id for f in named], ended=[f.object for f in named])
     if meta.get("ending"):
-        held = _current(known, attribute)
+        if attribute in LASTING:
+            return Decision(store=False)
+        # what the message itself states anew is not what it ends ("vegetarian now, not vegan anymore")
+        held = [f for f in _current(known, attribute) if not any(_same(f.object, v) for v in new_values)]
         if attribute and not held:
             return Decision(store=False)
-        named = [f for f in held if sentence and mentions(sentence, f.object)
-                 and not any(_same(f.object, v) for v in new_values)]
+        named = [f for f in held if sentence and mentions(sentence, f.object)]
         if not attribute:  # an ending with no attribute named ends what it names: "I left Rakuten"
             held = named
             if not held:
