@@ -17,9 +17,12 @@ SAID = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)
 
 
 def facts_of(service: MemoryService, user: str) -> list[dict[str, Any]]:
+    """The user's facts read by the sentence rules (attribute facts have tests of their own: test_attributes)."""
     service.store.wait_for_writes(user)
-    return service.store.log.select(f"user_id = '{user}' AND kind = 'fact'",
-                                    ["id", "text", "superseded_by", "valid_to", "mention_count", "derived_from"])  # fmt: skip
+    rows = service.store.log.select(f"user_id = '{user}' AND kind = 'fact'",
+                                    ["id", "text", "superseded_by", "valid_to", "mention_count", "derived_from",
+                                     "metadata"])  # fmt: skip
+    return [r for r in rows if '"extractor": "attributes"' not in (r.pop("metadata") or "")]
 
 
 def test_a_fact_is_read_from_a_message_with_its_resolved_date(service: MemoryService) -> None:

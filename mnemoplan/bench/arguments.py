@@ -19,6 +19,10 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--dataset", type=Path, help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json)")
     src.add_argument("--messages", type=Path, help="generic format: messages JSONL")
     src.add_argument("--questions", type=Path, help="generic format: questions JSONL")
+    src.add_argument("--suite", choices=["updates"],
+                     help="a bundled suite: 'updates' scores facts that change (see bench/suites/updates/README.md)")
+    p.add_argument("--split", choices=["dev", "heldout", "all"], default="all",
+                   help="with --suite: the conversations to run (default all; figures are given per split)")
     p.add_argument("--mode", choices=[*MODES, "all", "abstain"], default="recall",
                    help="what to query (default recall); abstain: each question of its own and of another "
                    "conversation, scored by the AUROC of recall's confidence")  # fmt: skip

@@ -218,6 +218,12 @@ def write_abstain(out: Path, dataset: Dataset, abstain: dict[str, Any], ingest_s
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; writes everything under --out."""
+    if args.suite:
+        if args.dataset or args.messages or args.questions:
+            sys.exit("mnemoplan bench: give --suite, --dataset or --messages/--questions, only one")
+        from mnemoplan.bench.updates import run_from_args as run_suite
+
+        return run_suite(args)
     configure()  # process-wide settings, when the bench is run without the command
     dataset = load_dataset(args)
     plots = plotting_available()

@@ -26,6 +26,7 @@ from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.sentences import split_sentences
 from mnemoplan.extract.summary import SentenceCache, SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
+from mnemoplan.ingest import attributes
 from mnemoplan.ingest.derive import decide, episode_record, fact_record
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.storage.store import MemoryStore
@@ -54,6 +55,18 @@ class NewMemory:
     source_id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     derived_from: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MentionJob:
+    """Records naming ``old_values`` (not ``new_value``) said by ``subject`` or an assistant before ``at``
+    are superseded by ``by``."""
+
+    old_values: list[str]
+    new_value: str
+    at: datetime
+    by: str
+    subject: str
 
 
 @dataclass
@@ -125,6 +138,8 @@ class Ingestor:
         self.config = config or IngestConfig()
         self.embed_with_tokens = embed_with_tokens
         self.sentences = sentences
+        # per user, the records to close that ``_settle_facts`` found and ``_apply`` closes
+        self._mentions: dict[str, list[MentionJob]] = {}
 
     def embed_records(
         self, records: list[Record], progress: Progress | None = None
@@ -256,17 +271,40 @@ class Ingestor:
                 log.exception("fact extraction failed on one message; the message is stored anyway")
                 continue
             out.extend(fact_record(msg, fc) for fc in candidates)
+            try:
+                out.extend(attributes.records_of(msg))
+            except Exception:  # as above: a bonus, never a lost message
+                log.exception("attribute extraction failed on one message; the message is stored anyway")
         return out
 
     def _settle_facts(
         self, user_id: str, facts: list[Record], vectors: np.ndarray
     ) -> tuple[list[int], list[tuple[str, str]], list[str]]:
-        """Decide each new fact: (indexes to store, (old, new) supersessions, reinforced old ids)."""
+        """Decide each new fact: (indexes to store, (old, new) supersessions, reinforced old ids).
+
+        An attribute fact's supersessions also close the records that named the old value
+        (``attributes``): those are queued in ``self._mentions`` for ``_apply``."""
         ledger = self.store.ledger(user_id)
         keep: list[int] = []
         supersede: list[tuple[str, str]] = []
         reinforce: list[str] = []
+        jobs = self._mentions[user_id] = []
         for i, fact in enumerate(facts):
+            if attributes.is_attribute_fact(fact):
+                subject = next((m.key for m in fact.entities if m.role == "subject"), "")
+                verdict = attributes.decide(fact, ledger.current_facts(subject))
+                if verdict.store:
+                    ledger.add_fact(fact.id, fact.metadata, vectors[i], 1, fact)
+                    ledger.by_hash[fact.content_hash] = fact.id
+                    keep.append(i)
+                by = fact.id if verdict.store else (fact.derived_from[0] if fact.derived_from else "")
+                supersede.extend((old, by) for old in verdict.supersede if by)
+                for old in verdict.supersede:
+                    ledger.retire_fact(old)  # later facts of this call see the change
+                if verdict.ended and by:
+                    jobs.append(MentionJob(verdict.ended, str(fact.metadata.get("value", "")),
+                                                     fact.occurred_at, by, str(fact.metadata.get("subject", ""))))
+                continue
             if fact.content_hash in ledger.by_hash:
                 reinforce.append(ledger.by_hash[fact.content_hash])
                 continue
@@ -393,8 +431,13 @@ class Ingestor:
             raise SourcesGone(set(wanted) - stored)
 
     def _apply(self, user_id: str, supersede: list[tuple[str, str]], reinforce: list[str]) -> None:
+        jobs = self._mentions.pop(user_id, [])
+        at = {job.by: job.at for job in jobs}
         for old, new in supersede:
-            self.store.supersede(user_id, old, new)
+            self.store.supersede(user_id, old, new, at.get(new))
+        for job in jobs:
+            self.store.supersede_mentions(user_id, job.old_values, job.new_value, job.at, job.by,
+                                          attributes.speakers_of(job.subject))
         self.store.reinforce(user_id, reinforce)
 
     def _episode_vector(self, episode: Record, fresh: list[Record], fresh_vectors: np.ndarray) -> np.ndarray:

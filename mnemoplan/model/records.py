@@ -168,6 +168,22 @@ class MessageIn(BaseModel):
     metadata: Metadata | None = Field(None, description="Free-form JSON kept with the record.")
 
 
+class FactIn(BaseModel):
+    """A fact the calling agent read itself: an attribute of a person and its value. A newer value
+    of the same attribute of the same person supersedes the older one (an attribute with several
+    values at once, such as hobbies or languages, adds up instead)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    attribute: str = Field(description="What about the person: employer, home_city, partner, diet, phone, ... "
+                                       "(any name; the same name for the same attribute).")
+    value: str | None = Field(None, description="Its value now, e.g. 'Booking.com'. Omit, with ended=true, when "
+                                                "it ended without a new one ('I quit', 'we broke up').")
+    subject: str | None = Field(None, description="Whose attribute: the speaker's name or role; default 'user'.")
+    ended: bool = Field(False, description="The attribute's value ended, with no new one.")
+    occurred_at: UtcDatetime | None = Field(None, description="Since when it holds (ISO-8601); default now.")
+
+
 class TimeRange(BaseModel):
     """A window on when things happened. Either bound may be omitted."""
 

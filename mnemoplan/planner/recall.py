@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
+from mnemoplan.extract.attributes import asked_attribute
 from mnemoplan.search.base import LazyVector, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
@@ -27,7 +29,8 @@ from mnemoplan.model import (
     RecordHead,
     SignalStat,
 )
-from mnemoplan.model.scope import Scope
+from mnemoplan.model.records import REQUESTING_ROLES
+from mnemoplan.model.scope import RecordFilter, Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
 from mnemoplan.planner.confidence import ConfidenceScorer, no_match_context
 from mnemoplan.planner.deterministic import recall_plan
@@ -93,7 +96,7 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
         source_ids=source_ids,
         current=not rec.superseded_by,
         access_count=rec.access_count,
-        metadata=copy.deepcopy(rec.metadata),  # the record may be the cache's: a caller's edits stay theirs
+        metadata=_with_validity(rec),
     )
 
 
@@ -111,6 +114,18 @@ def keyword_only(plan: QueryPlan) -> QueryPlan:
     return plan.model_copy(update={"steps": steps})
 
 
+def _with_validity(rec: Record) -> dict[str, Any]:
+    """A record's metadata for its item (a copy: the record may be the cache's, a caller's edits
+    stay theirs); an attribute fact's also says when it held: ``valid_from``, ``valid_to``."""
+    meta = copy.deepcopy(rec.metadata)
+    if rec.kind == "fact" and "attribute" in meta:
+        start = rec.valid_from or rec.occurred_at
+        meta["valid_from"] = start.isoformat()
+        meta["valid_to"] = rec.valid_to.isoformat() if rec.valid_to else None
+    return meta
+
+
+SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
 HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
 
 
@@ -226,13 +241,50 @@ class RecallPipeline:
         rows = heads if heads is not None else self.records.get(scope.user_id, ids)
         rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
+        order = self._slot_first(plan.query, order, scope.user_id)
         if heads is None:
-            ranked, records = order[:limit], rows
+            missing = [c.id for c in order[:limit] if c.id not in rows]
+            rows = {**rows, **(self.records.get(scope.user_id, missing) if missing else {})}
+            ranked, records = [c for c in order[:limit] if c.id in rows], rows
         else:
             ranked, records = self._read_best(order, scope.user_id, limit)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
+
+    def _slot_first(self, query: str, order: list[Candidate], user_id: str) -> list[Candidate]:
+        """A question about one of the asker's attributes ("Where do I work?") gets its answer
+        first: the current value's fact (the newest first; an ending when the value ended), or
+        for a question about the past ("Where did I live before?") the superseded values, newest
+        first. Facts about a requesting speaker (a user, who asks) only."""
+        attribute, past = asked_attribute(query)
+        select = getattr(self.records, "select", None)
+        if not attribute or not order or select is None:
+            return order
+        rows = select(RecordFilter(user_id, kinds=("fact",), current=None if past else True),
+                      ["id", "metadata", "occurred_at", "superseded_by"])
+        slot = []
+        for row in rows:
+            meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else (row["metadata"] or {})
+            if meta.get("attribute") != attribute or str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
+                continue
+            if past and not (row["superseded_by"] and meta.get("value")):
+                continue
+            slot.append((row["occurred_at"], row["id"]))
+        if not slot:
+            return order
+        slot.sort(reverse=True)
+        by_id = {c.id: c for c in order}
+        lead = order[0].score
+        first = []
+        for i, (_, rid) in enumerate(slot[:SLOT_MOST]):
+            cand = by_id.get(rid) or Candidate(rid, 0.0, provenance=["attribute"])
+            raised = lead + 1e-3 * (len(slot) - i)
+            cand.scores["slot"] = round(raised - cand.score, 4)
+            cand.score = raised
+            first.append(cand)
+        chosen = {c.id for c in first}
+        return first + [c for c in order if c.id not in chosen]
 
     def _read_best(self, order: list[Candidate], user_id: str, limit: int) -> tuple[list[Candidate], dict[str, Record]]:
         """The records of the best ``limit`` candidates; one forgotten since ranking makes room

@@ -29,6 +29,7 @@ from mnemoplan.errors import InvalidInput, MnemoError
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
+    FactIn,
     ForgetReceipt,
     Kind,
     MessageIn,
@@ -212,6 +213,9 @@ def memory_tools() -> list[Tool]:
         speaker: Annotated[str | None, Field(description="Who said it, for content.")] = None,
         metadata: Annotated[Metadata | None, Field(description="JSON kept with it.")] = None,
         flush: Annotated[bool, Field(description="Extract this session's facts now (LLM configured).")] = False,
+        fact: Annotated[FactIn | None, Field(description=(
+            "Instead of content: a fact you read, e.g. {\"attribute\": \"employer\", \"value\": \"Acme\"}; "
+            "a new value supersedes the old, ended=true closes it."))] = None,
     ) -> RememberResult:
         """Save to long-term memory, verbatim. Call it with each user message worth keeping (what they
         say about themselves, their plans, people, decisions) or with facts you distilled. Pass
@@ -228,7 +232,7 @@ def memory_tools() -> list[Tool]:
             lambda s, user: s.remember(
                 content=content, messages=messages, user_id=user, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
-                flush=flush, progress=progress,
+                flush=flush, progress=progress, fact=fact,
             ),  # fmt: skip
             user_id, write=True,
         )

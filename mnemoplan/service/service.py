@@ -18,6 +18,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
 from mnemoplan.inference.embedder import Embedder
+from mnemoplan.ingest.attributes import state_fact
 from mnemoplan.ingest.background import BackgroundExtraction
 from mnemoplan.ingest.pipeline import Ingestor, NewMemory, Progress
 from mnemoplan.search.registry import IndexRegistry
@@ -27,6 +28,7 @@ from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
+    FactIn,
     ForgetReceipt,
     MemoryItem,
     MessageIn,
@@ -216,8 +218,10 @@ class MemoryService:
         metadata: dict[str, Any] | None = None,
         flush: bool = False,
         progress: Progress | None = None,
+        fact: FactIn | None = None,
     ) -> RememberResult:
-        """Store one text or a list of messages, losslessly, skipping exact repeats.
+        """Store one text or a list of messages, losslessly, skipping exact repeats; or a fact an
+        agent states (an attribute's new value supersedes the old, ``ingest.attributes``).
 
         ``progress(done, total)`` hears how the embedding of a large call goes, in sentences.
 
@@ -231,9 +235,13 @@ class MemoryService:
         user = self._user(user_id)
         session = check_scope(session_id, what="session_id")
         project = check_scope(project_id, what="project_id")
-        if (content is None) == (not messages):
+        if fact is not None and content is None and not messages:
+            stored = state_fact(self.ingestor, user, fact, session_id=session, project_id=project, at=occurred_at)
+            return RememberResult(user_id=user, session_id=session, ids=[r.id for r in stored], stored=len(stored),
+                                  duplicates=1 - len(stored), derived=len(stored))  # fmt: skip
+        if (content is None) == (not messages) or fact is not None:
             raise InvalidInput(
-                "Send either content (one memory) or messages (a list), not both and not neither.",
+                "Send one of content (one memory), messages (a list) or fact, not several and not none.",
                 hint='e.g. {"content": "I moved to Lisbon"} or {"messages": [{"content": "...", "speaker": "user"}]}',
             )
         if messages is None:

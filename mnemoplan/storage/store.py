@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from mnemoplan.errors import READ_ONLY_HINT, ReadOnlyData
+from mnemoplan.extract.attributes import mentions
 from mnemoplan.model import DocRecord, Record
+from mnemoplan.model.records import as_utc
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.bm25 import BM25Index
 from mnemoplan.storage.bookkeeping import LastTurn, WriteBookkeeping
@@ -251,7 +253,7 @@ class MemoryStore:
         self.overlays.add(user_id, intent, docs, nodes)
         return stored
 
-    def supersede(self, user_id: str, old_id: str, new_id: str) -> None:
+    def supersede(self, user_id: str, old_id: str, new_id: str, at: datetime | None = None) -> None:
         """Close an old fact's validity in favour of a newer one (history stays queryable).
 
         The message the old fact was read from is closed too once every fact read from it is:
@@ -259,7 +261,7 @@ class MemoryStore:
         outrank it ("...and I love skiing" stays current while that fact does).
         """
         with self.locks.write:
-            now = datetime.now(UTC)
+            now = at or datetime.now(UTC)
             self.log.set_superseded(old_id, new_id, now, user_id)
             self.ledger(user_id).retire_fact(old_id)
             old = self.log.get(user_id, [old_id]).get(old_id)
@@ -269,6 +271,40 @@ class MemoryStore:
                 if all(f["superseded_by"] or f["id"] == old_id for f in facts):
                     self.log.set_superseded(source, new_id, now, user_id)
         self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
+
+    def supersede_mentions(
+        self, user_id: str, old_values: list[str], new_value: str, at: datetime, by_id: str, speakers: tuple[str, ...]
+    ) -> int:
+        """Close the records that stated a value now replaced or ended: current records said
+        before ``at`` that name one of ``old_values`` and not ``new_value`` (messages only
+        if one of ``speakers`` said them: the person, or an assistant answering them). Returns
+        how many were closed."""
+        wanted = [v for v in old_values if v]
+        if not wanted:
+            return 0
+        who = {s.lower() for s in speakers}
+        closed = 0
+        with self.locks.write:
+            rows = self.log.select(RecordFilter(user_id, current=True), ["id", "kind", "speaker", "text", "occurred_at"])
+            for row in rows:
+                said = row["occurred_at"]
+                if row["id"] == by_id or said is None or as_utc(said) >= at:
+                    continue
+                if row["kind"] == "message" and str(row["speaker"] or "").lower() not in who:
+                    continue
+                text = str(row["text"] or "")
+                if not any(mentions(text, v, unlike=new_value) for v in wanted):
+                    continue
+                if new_value and any(mentions(text, new_value, unlike=v) for v in wanted):
+                    continue
+                self.log.set_superseded(row["id"], by_id, at, user_id)
+                if row["kind"] == "fact":
+                    self.ledger(user_id).retire_fact(row["id"])
+                    fact_id = row["id"]
+                    self.overlays.after_pending(
+                        user_id, lambda f=fact_id: self.graph.close_relation(f, int(at.timestamp())))
+                closed += 1
+        return closed
 
     def reinforce(self, user_id: str, fact_ids: list[str]) -> None:
         """Facts said again: count the mentions instead of storing copies.

@@ -1,0 +1,480 @@
+"""Attributes of a person, by rule: which attribute a statement is about, and its value.
+
+"my first week at Siemens Healthineers went really well" says where the speaker works;
+"I'm not vegan anymore" ends the speaker's diet; "KPMG, not Deloitte" corrects a value just
+given. A statement becomes (attribute, value), or an ending of an attribute, or a correction
+of a known value; ``ingest`` then lets a newer value of the same attribute of the same person
+replace the older one (``derive.attribute_decision``).
+
+The method is general, not a list of phrasings: a small lexicon maps head nouns and verbs
+(cues: "work", "job", "manager at", "live", "moved", "gym", "dentist", "girlfriend", ...) to
+attribute keys; a value is the name (a capitalised span), the closed-class word (a diet, a
+hair colour, a way to commute) or the phrase a cue's frame points at ("my favourite X is Y",
+"Y is my X", "my new X, Y", "I'm a Y at Z"). Clauses about someone else ("my brother moved to
+Galway"), hedged ("maybe we'll move"), about a visit ("back from Vienna") or questions state
+nothing. Only the speaker's own attributes are read: precision matters more than recall.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["ATTRIBUTES", "AttributeStatement", "Attribute", "asked_attribute", "attribute_statements", "mentions",
+           "value_terms"]
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of a person: its cues, whether it holds several values, how a fact says it."""
+
+    key: str
+    cues: str  # a regex of the head nouns and verbs that make a clause about it
+    template: str  # the fact's text: {s} the person, {v} the value
+    multi: bool = False  # hobbies, languages: values add up instead of replacing each other
+    closed: str = ""  # a regex of the values of a closed class (diets, colours), if it is one
+    asks: str = ""  # extra words of a question about it (beyond the cues)
+
+
+_NAMEISH = r"(?:[A-ZÀÁÂÄÅÇÉÈÍÑÓÖØÚÜŠŽ][\w'’.\-+&@]*|[a-z]+[A-Z][\w\-]*)"
+_JOIN = r"(?:of|de|di|da|del|do|dos|the|la|le|du|von|van|der|y|in the time of)"
+NAME_RE = re.compile(rf"{_NAMEISH}(?:\s+(?:{_JOIN}\s+)?{_NAMEISH})*")
+EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+# Words that open a sentence or name no value, though capitalised.
+_NOT_VALUES = frozenset("""
+i i'm i've i'll i'd im my me we we're our us you your it it's this that these those the a an and but so or
+he she they his her their him them there here what who when where why how which hi hey hello ok okay
+yes no oh ugh lol thanks thank please sorry wait update news big new now just also still dr dr. mr mrs ms
+honestly phd ngo mba ceo cto hr it lol omg ok nope yeah yep
+monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
+september october november december christmas easter today tomorrow yesterday anyway btw omg haha wow
+good great morning evening night hmm nooo hola ciao ok. olá hoi oi greetings congrats
+""".split())
+
+ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
+    Attribute("home_city", r"live|living|lived|moved|move|relocated|based|city|town|flat|apartment|house|"
+              r"neighbou?rs?|here in|settled", "{s} lives in {v}", asks="where|home"),
+    Attribute("neighbourhood", r"neighbou?rhood|district|area|borough|quarter|suburb", "{s} lives in the {v} neighbourhood"),
+    Attribute("employer", r"work|working|works|job|employer|company|firm|joined|hired|manager|boss|team lead|"
+              r"colleagues?|coworkers?|office|internship|started at|first (?:week|day|month) at|retired|laid off|fired",
+              "{s} works at {v}", asks="employer|company|work for"),
+    Attribute("job_title", r"job|role|title|position|promoted|profession|career|for a living|retired|retirement|"
+              r"laid off",
+              "{s} works as {v}", asks="do for (?:a living|work|a job)|role|title|job"),
+    Attribute("university", r"universit\w*|uni|college|school|study|studying|studies|degree|phd|master'?s|"
+              r"bachelor'?s|professor|lecturer|campus|semester|enrolled|transferred|graduated|student|thesis",
+              "{s} studies at {v}", asks="study|attend|school|uni"),
+    Attribute("partner", r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|dating|engaged|married|"
+              r"together|going out with|broke up|broken up|split up|divorced|single", "{s}'s partner is {v}", asks="relationship|partner"),
+    Attribute("pet", r"pet|dog|cat|kitten|puppy|hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle",
+              "{s}'s pet is {v}"),
+    Attribute("car", r"car|drive|driving|drove|car-free", "{s} drives {v}"),
+    Attribute("phone", r"phone|smartphone|mobile", "{s}'s phone is {v}"),
+    Attribute("laptop", r"laptop|notebook|macbook|computer", "{s}'s laptop is {v}"),
+    Attribute("email", r"e-?mail|address|inbox|mailbox", "{s}'s email is {v}"),
+    Attribute("bank", r"bank|banking|account|current account", "{s} banks with {v}"),
+    Attribute("gym", r"gym|fitness|membership|work ?out|trainer|lifting", "{s} goes to the gym {v}"),
+    Attribute("doctor", r"doctor|gp|dentist|physician|dermatologist|therapist|dr\.?", "{s}'s doctor is {v}"),
+    Attribute("internet_provider", r"internet|broadband|wi-?fi|fib(?:re|er)|provider|isp|router",
+              "{s}'s internet provider is {v}"),
+    Attribute("streaming_service", r"stream\w*|subscription|subscribed", "{s} streams on {v}",
+              asks="watch"),
+    Attribute("running_shoes", r"running shoes?|runners|trainers|sneakers|shoes", "{s} runs in {v}"),
+    Attribute("coffee_order", r"coffee|order|latte|espresso|cappuccino|flat white|americano|cortado|macchiato",
+              "{s}'s usual coffee order is {v}"),
+    Attribute("commute", r"commute|commuting|get to work|ride to work|to the office", "{s} commutes by {v}",
+              closed=r"bike|bicycle|cycling|cycle|train|bus|tram|metro|subway|underground|tube|car|driving|drive|"
+                     r"walk|walking|scooter|e-scooter|ferry|carpool|motorbike|motorcycle", asks="get to work"),
+    Attribute("diet", r"diet|eat|eating|vegan|vegetarian|pescatarian|keto|meat", "{s}'s diet is {v}",
+              closed=r"vegan|vegetarian|pescatarian|keto|paleo|carnivore|omnivore|flexitarian|gluten-free|"
+                     r"dairy-free|low-fodmap|halal|kosher|raw vegan|plant-based|whole30|mediterranean",
+              asks="eat"),
+    Attribute("hair_colour", r"hair|dyed|dye", "{s}'s hair is {v}",
+              closed=r"blonde?|brunette|brown|black|red|ginger|auburn|grey|gray|silver|white|pink|blue|purple|"
+                     r"green|orange|platinum|copper|lilac|teal", asks="colou?r"),
+    Attribute("age", r"years old|turned|turning|birthday|age|aged", "{s} is {v} years old", asks="how old"),
+    Attribute("languages", r"speak|speaks|language|fluent|native|learning", "{s} speaks {v}", multi=True),
+    Attribute("hobbies", r"hobby|hobbies|took up|taken up|into|passion|pastime|free time", "{s}'s hobby is {v}",
+              multi=True),
+    Attribute("favourite_band", r"band|music|listen\w*|concert|album", "{s}'s favourite band is {v}"),
+    Attribute("favourite_book", r"book|novel|read|reading", "{s}'s favourite book is {v}"),
+    Attribute("favourite_food", r"food|dish|meal|eat|cuisine", "{s}'s favourite food is {v}"),
+    Attribute("favourite_team", r"team|club|fan|support|supporter|root for|follow", "{s} supports {v}",
+              asks="support|root"),
+)}
+
+_FAVOURITE = r"(?:favou?rite|fave|fav|number one|no\.? ?1)"
+# A clause about a favourite names its kind by the noun after (or before) the word.
+_FAV_KIND = {"band": "favourite_band", "bands": "favourite_band", "group": "favourite_band",
+             "artist": "favourite_band", "book": "favourite_book", "books": "favourite_book",
+             "novel": "favourite_book", "food": "favourite_food", "foods": "favourite_food",
+             "dish": "favourite_food", "meal": "favourite_food", "team": "favourite_team",
+             "club": "favourite_team"}
+_RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
+              r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
+              r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
+_OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{_RELATIONS})(?:'s)?\b|"
+                            r"\b(?:he|she|they)\b(?!'s a )", re.I)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
+_SUBJECT_I = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've)\b", re.I)
+_DENIED = re.compile(r"\b(?:don't|dont|do not|doesn't|does not|didn't|did not|never|not|no longer|isn't|aren't|"
+                     r"wasn't|weren't|won't|can't|cannot)\b", re.I)
+# Doubt about the whole sentence, wherever it is said ("I think I moved to Porto, not sure")
+_UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly|unsure|not certain|kinda|sort of)\b",
+                     re.I)
+_HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
+                    r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
+                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*)\b", re.I)
+_VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
+                    r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
+                    r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
+                    r"tried|tasting|sample\w*)\b", re.I)
+_ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold|quit|quitting|retired|"
+                     r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
+                     r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
+                     r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
+                     r"said goodbye|without a|no more|car-free|don't have (?:a|an|any)|do not have|got rid of|"
+                     r"dropped|shut off|shut down|not a \w+ anymore)\b", re.I)
+_ADD = re.compile(r"\b(?:also|too|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
+                  r"extra|as a side|beside|besides|and my work)\b", re.I)
+_NOT_X = re.compile(r"\bnot\s+(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
+_FROM_TO = re.compile(r"\bfrom\s+(?P<old>[^,.!?;]+?)\s+to\s+(?P<new>[^,.!?;]+)", re.I)
+# What may stand between a cue and its value: "work at", "moved to the", "my dog, Moose", "drive a 2012"
+_GAP = re.compile(r"[\s,:\-–]*(?:(?:at|in|to|for|with|from|on|is|are|was|named|called|now|the|a|an|my|our|new|old|"
+                  r"little|current|two|of|by|into|as|over|here|there|\d+|dr\.?|mr\.?|ms\.?|mrs\.?)\b[\s,:\-–]*){0,4}",
+                  re.I)
+_RELATION_CUE = re.compile(r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|pet|dog|cat|kitten|puppy|"
+                           r"hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle", re.I)
+_AT_FRAME = re.compile(r"(?:\b(?:i'm|i am|im|now|we're)\s+(?:now\s+)?(?:at|with|on)|\b(?:joined|switched to|"
+                       r"upgraded to|changed to|started at|transferred to|went with|signed up (?:with|for|at)|"
+                       r"went over to|now with))\s+(?:the\s+)?$", re.I)
+_IN_FRAME = re.compile(r"\b(?:i'm|i am|im|we're|we are|now)\s+(?:now\s+)?(?:in|based in|living in)\s+$", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+|\s+[—–]\s+|\s+-\s+")
+
+
+@dataclass(frozen=True)
+class AttributeStatement:
+    """What one clause says of the speaker: an attribute's value, its end, or a correction."""
+
+    attribute: str
+    value: str  # "" for an ending
+    ending: bool = False
+    adds: bool = False  # a value beside the others ("I also speak Spanish")
+    replaces: str = ""  # the old value the clause names as no longer true ("not Deloitte", "from X to")
+
+
+def _clean(value: str) -> str:
+    value = re.sub(r"^(?:the|a|an|my|our|Dr\.?|Dr)\s+", "", value.strip(" ,.:;!?\"'()"), flags=re.I)
+    value = re.sub(r"\s+(?:in|at|on|near|for|from|with|and|since|now|lol|haha)$", "", value, flags=re.I)
+    return value.strip(" ,.:;!?\"'()")
+
+
+def _names(text: str) -> list[tuple[int, str]]:
+    """Capitalised spans that may be values, with where they start."""
+    out = []
+    for m in NAME_RE.finditer(text):
+        words = m.group().split()
+        while words and words[0].lower().strip(".,!") in _NOT_VALUES:
+            words = words[1:]
+        while words and words[-1].lower().strip(".,!") in _NOT_VALUES:
+            words = words[:-1]
+        value = _clean(" ".join(words))
+        if value and value.lower() not in _NOT_VALUES and len(value) > 1:
+            out.append((m.start() + m.group().find(words[0]) if words else m.start(), value))
+    return out
+
+
+def _phrase_after(text: str, start: int, most: int = 4) -> str:
+    """The short phrase from ``start`` to the clause's end (at most ``most`` words)."""
+    rest = re.split(r"[,.!?;:()]|\s(?:and(?!\s+(?-i:[A-Z]))|but|so|because|which|who|since|at|in|on|for|with|from|now|lol|is|was|"
+                    r"are|has|had|of|i|i'm|to|who|that|after|before|until|this|these|every|"
+                    r"haha|anymore|though|tho)\s", text[start:] + " ", maxsplit=1, flags=re.I)[0]
+    words = rest.split()[:most]
+    return _clean(" ".join(words))
+
+
+def _cue_positions(sentence: str) -> list[tuple[int, int, str]]:
+    """(start, end, attribute) of each cue in the sentence, in order."""
+    found = []
+    for attr in ATTRIBUTES.values():
+        for m in re.finditer(rf"\b(?:{attr.cues})\b", sentence, re.I):
+            found.append((m.start(), m.end(), attr.key))
+    return sorted(found)
+
+
+def _by_value(value: str) -> str:
+    """An attribute a value's own words give away ("University of Edinburgh", an email address)."""
+    if EMAIL_RE.fullmatch(value):
+        return "email"
+    if re.search(r"\b(?:universit\w*|college|school|institute|polytechnic|academy|uni)\b", value, re.I):
+        return "university"
+    if re.search(r"\b(?:fitness|gym|crossfit|boulders?|climbing)\b", value, re.I):
+        return "gym"
+    if re.search(r"\bbank\b", value, re.I):
+        return "bank"
+    return ""
+
+
+def _closed_values(sentence: str) -> list[tuple[int, str, str]]:
+    out = []
+    for attr in ATTRIBUTES.values():
+        if attr.closed:
+            for m in re.finditer(rf"\b(?:{attr.closed})\b", sentence, re.I):
+                out.append((m.start(), attr.key, m.group().lower()))
+    return out
+
+
+def _frames(sentence: str) -> list[AttributeStatement]:
+    """Values that a frame points at, whatever their case: favourites, "my X is Y", roles."""
+    out: list[AttributeStatement] = []
+    s = sentence
+    # "my favourite band is X", "new favourite book: X", "my favourite is now X" (kind from the clause)
+    for m in re.finditer(rf"{_FAVOURITE}\s*(?P<kind>{'|'.join(_FAV_KIND)})?\b\s*(?:is|are|:|=|alert:|"
+                         rf"has (?:officially )?changed,? it's|"
+                         rf"is now|now is|now:)?\s*(?:now\s+)?(?:is\s+)?(?::\s*)?", s, re.I):
+        kind = _FAV_KIND.get((m.group("kind") or "").lower())
+        if kind is None:
+            kind = next((v for k, v in _FAV_KIND.items() if re.search(rf"\b{k}\b", s, re.I)), None)
+        value = ""
+        if m.group("kind") and m.group("kind").lower() not in _FAV_KIND:
+            value = _phrase_after(s, m.start("kind"))
+        elif m.end() < len(s) and re.match(r"\s*(?:is|are|:|=|alert)", s[m.start("kind") if m.group("kind") else
+                                                                               m.end():] + " ", re.I) is None:
+            value = _phrase_after(s, m.end())
+        before = re.search(r"(?P<v>[^,.!?;:]+?)(?:\s+(?:is|are|has been|have been|has become|became|is now|are now)|"
+                           r"['’]s(?: been| now)?)\s+(?:my|our)\s+(?:\w+\s+)?(?:\w+\s+)?" + _FAVOURITE, s, re.I)
+        if before:
+            value = _clean(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
+            if value.lower() in ("it", "that", "this", "they", "it's", "that's") or not value:
+                earlier = _names(s[: before.start("v")])  # "just finished Piranesi and it's my new favourite"
+                value = earlier[-1][1] if earlier else ""
+            value = re.sub(r"^(?:i think|i guess|for the past \w+ or so|ok|okay)\s+", "", value, flags=re.I)
+        if kind and value and value.lower() not in _NOT_VALUES:
+            out.append(AttributeStatement(kind, value, adds=bool(re.search(r"\btwo|both|favourites\b", s, re.I))))
+    # "I'm a X (at|in|on) ...", "as a X", "bumped up to X", "now I'm X of"
+    for m in re.finditer(r"\b(?:i'm|i am|im|i work as|working as|as|promoted to|bumped up to|first (?:\w+ )?as|"
+                         r"now i'm|i'm now|still)\s+(?:an?\s+|the\s+)?(?:(?:\w+\s+)?(?:only|new|lifelong|proud)\s+)?",
+                         s, re.I):
+        phrase = _phrase_after(s, m.end(), 4)
+        if not re.search(r"\b(?:not|no|never)\b", phrase, re.I) and re.search(r"\b(?:engineer|designer|developer|dev|manager|nurse|teacher|analyst|accountant|auditor|"
+                     r"barista|supervisor|lead|principal|doctor|lawyer|consultant|scientist|photographer|writer|"
+                     r"editor|chef|cook|driver|officer|assistant|director|architect|researcher|student|intern|"
+                     r"founder|owner|illustrator|programmer|administrator|technician|clerk|pharmacist|therapist|"
+                     r"coordinator|specialist|librarian|electrician|plumber|mechanic|paramedic|pilot|"
+                     r"freelancer|freelance \w+|tutor|coach|translator|journalist|cashier|waiter|waitress|"
+                     r"receptionist|programme manager)s?$", phrase, re.I):
+            out.append(AttributeStatement("job_title", phrase.lower()))
+            rest = s[m.end():]
+            at = re.match(rf"\s*{re.escape(phrase)}\s+(?:\w+\s+){{0,4}}?(?:at|for|with)\s+(?:the\s+)?(?={_NAMEISH})", rest, re.I)
+            employer = _names(rest[at.end():]) if at else []
+            if employer and employer[0][0] == 0 and not _by_value(employer[0][1]):
+                out.append(AttributeStatement("employer", employer[0][1]))
+        elif re.match(r"\w+ fan\b", phrase + " ", re.I) or re.search(r"\bfan\b", s[m.end():m.end() + 40], re.I):
+            team = _names(s[m.end():])
+            if team:
+                out.append(AttributeStatement("favourite_team", team[0][1]))
+    # "I'm 34", "I turned 40", "34 years old"
+    for m in re.finditer(r"(?<!like )\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
+                         r"minutes|hours|€|\$|euros))|\b(?P<w>\d{1,3}) (?:years old|yo)\b", s, re.I):
+        out.append(AttributeStatement("age", m.group("v") or m.group("w")))
+    for m in EMAIL_RE.finditer(s):
+        out.append(AttributeStatement("email", m.group()))
+    return out
+
+
+def attribute_statements(text: str) -> list[AttributeStatement]:
+    """What a message says of its speaker's attributes, in order (the speaker speaks in the first person)."""
+    out: list[AttributeStatement] = []
+    previous = ""
+    for sentence in _SENTENCE.split(text[:4000]):
+        sentence = sentence.strip()
+        if not sentence or sentence.rstrip(" )\"'").endswith("?") and not re.search(r"[.!]", sentence):
+            continue
+        out.extend(_read_sentence(sentence, previous))
+        previous = sentence
+    seen: set[tuple[str, str, bool]] = set()
+    unique = []
+    for st in out:
+        key = (st.attribute, st.value.lower(), st.ending)
+        if key not in seen:
+            seen.add(key)
+            unique.append(st)
+    return unique
+
+
+def _other_subject(sentence: str, at: int) -> bool:
+    """Whether the words before ``at`` make the clause someone else's ("my brother just moved to")."""
+    head = sentence[:at]
+    other = list(_OTHER_SUBJECT.finditer(head))
+    if not other:
+        return False
+    mine = [m for m in _SUBJECT_I.finditer(head) if m.start() > other[-1].end()]
+    return not mine
+
+
+_SAYING = re.compile(r"^(?:(?:oh|oops|wait|no|sorry|hmm|actually|nooo+|ok|so|well|hang on)\W*\s*)*"
+                     r"(?:(?:it's|it is|its|he's|she's|he is|she is|they're|i'm|i am|my \w+ is|that's)\s+)?"
+                     r"(?:(?:a|an|the|actually|really)\s+)*", re.I)
+
+
+def _corrected(sentence: str, m: re.Match[str], previous: str) -> str:
+    """The value a correction puts in place of the one after "not": said just before ("KPMG, not
+    Deloitte", "a Shiba Inu not a corgi"), just after ("not Gothenburg, Malmö"), or in the sentence
+    before ("Atlético! not Real Madrid")."""
+    before = re.split(r"[,;:!—–(]|\s-\s", sentence[: m.start()])
+    chunk = _SAYING.sub("", before[-1].strip() if before else "").strip()
+    if not chunk and len(before) > 1:
+        chunk = _SAYING.sub("", before[-2].strip()).strip()
+    if not chunk:
+        after = sentence[m.end():].lstrip(" ,—–-")
+        chunk = _SAYING.sub("", _phrase_after(after, 0, 5))
+    if not chunk and previous:
+        names = _names(previous)
+        chunk = names[-1][1] if names else ""
+    chunk = _clean(chunk)
+    if not chunk or chunk.lower() in _NOT_VALUES or len(chunk.split()) > 5:
+        return ""
+    return chunk
+
+
+def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_at: int) -> bool:
+    """A value said after a hedge or a visit ("maybe we'll move to X", "back from Vienna") is not
+    the speaker's; an ending after a hedge neither. What comes before them stands ("my girlfriend
+    Sofie and I want to ...")."""
+    if not st.value:
+        return hedge_at == len(sentence)
+    at = sentence.lower().find(st.value.lower())
+    if at > 0 and _DENIED.search(sentence[max(0, at - 30):at]):
+        return False  # "I don't live in Paris"
+    # a doubt in an earlier clause ("since the trip to Peru, ceviche has become my favourite") stays there
+    return at < 0 or at < doubt_at or bool(re.search(r"[,;]", sentence[doubt_at:at]))
+
+
+def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
+    hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
+    visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
+    hedged = hedge_at == 0 or bool(_UNSURE.search(sentence))
+    visit = False
+    adds = bool(_ADD.search(sentence))
+    first = bool(_FIRST_PERSON.search(sentence))
+    corrections = [_clean(m.group("old")) for m in _NOT_X.finditer(sentence)]
+    out: list[AttributeStatement] = []
+    if hedged:
+        return out
+    for st in _frames(sentence):
+        if not _other_subject(sentence, sentence.lower().find(st.value.lower()) if st.value else len(sentence)):
+            out.append(AttributeStatement(st.attribute, st.value, adds=st.adds or adds))
+    cues = _cue_positions(sentence)
+    names = _names(sentence)
+    closed = _closed_values(sentence)
+    taken = {st.value.lower() for st in out}
+    first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I))
+    if first and not visit:
+        for c_start, c_end, attr in cues:
+            if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email"):
+                continue  # their values are no names
+            pick = next(((pos, v) for pos, v in names if pos >= c_end and not any(v.lower() in t for t in taken)
+                         and _GAP.fullmatch(sentence[c_end:pos])), None)
+            if pick is None:
+                continue
+            pos, value = pick
+            if _RELATION_CUE.fullmatch(sentence[c_start:c_end]):
+                # "my girlfriend Ingrid", "our cat Pixel": the speaker's, unless another's ("her boyfriend Joris")
+                owner = sentence[max(0, c_start - 30):c_start]
+                if (not re.search(r"\b(?:my|our|a|the|new)\s+(?:\w+\s+)?$", owner, re.I)
+                        or re.search(r"\b(?:her|his|their|your|\w+'s)\s+(?:\w+\s+)?$", owner, re.I)
+                        or _other_subject(sentence, c_start)):
+                    continue
+            elif _other_subject(sentence, c_start):
+                continue
+            taken.add(value.lower())
+            attr = _by_value(value) or attr
+            out.append(AttributeStatement(attr, value, adds=adds))
+        for pos, value in names:
+            if value.lower() in taken or _other_subject(sentence, pos):
+                continue
+            attr = _by_value(value)
+            lead = sentence[max(0, pos - 40):pos]
+            if not attr and _IN_FRAME.search(lead):
+                attr = "home_city"
+            if not attr and _AT_FRAME.search(lead):
+                attr = "?"  # "now I'm at Mercari": the attribute of the value it follows (``ingest.attributes``)
+            if attr:
+                taken.add(value.lower())
+                out.append(AttributeStatement(attr, value, adds=adds))
+    if first or corrections:
+        for pos, attr, value in closed:
+            if value in taken or visit or _other_subject(sentence, pos):
+                continue
+            if not any(c[2] == attr for c in cues) and attr != "diet":
+                continue
+            if value in (c.lower() for c in corrections):
+                continue
+            taken.add(value)
+            out.append(AttributeStatement(attr, value, adds=adds))
+    ended = bool(_ENDING.search(sentence)) and first
+    if ended and not _other_subject(sentence, _ENDING.search(sentence).start()):
+        about = {c[2] for c in cues if abs(c[0] - _ENDING.search(sentence).start()) < 60}
+        for attr in about or {""}:
+            out.append(AttributeStatement(attr, "", ending=True))
+    out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)]
+    for m in _NOT_X.finditer(sentence):
+        old = _clean(m.group("old"))
+        new = _corrected(sentence, m, previous)
+        if old and new and old.lower() not in _NOT_VALUES and len(old.split()) <= 6:
+            out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
+            out.append(AttributeStatement(_by_value(new), new, replaces=old))
+    for m in _FROM_TO.finditer(sentence):
+        old, new = _clean(m.group("old")), _phrase_after(sentence, m.start("new"), 5)
+        if old and new and old.lower() not in _NOT_VALUES:
+            out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
+            out.append(AttributeStatement(_by_value(new), new, replaces=old))
+    return out
+
+
+def value_terms(value: str) -> list[str]:
+    """The words of a value that name it in other text: "Samsung Galaxy S21" is named by "Galaxy S21"
+    or "Samsung"; "University of Melbourne" by "Melbourne", not "University"."""
+    generic = {"university", "universidad", "università", "universidade", "college", "school", "fitness", "gym",
+               "the", "of", "de", "di", "da", "do", "bank", "club", "fc", "city", "team", "band", "new", "old",
+               "dr", "dr.", "and", "in", "time", "my", "a", "an", "la", "le", "du", "van", "von", "del", "y"}
+    words = [w for w in re.findall(r"[\w'’.@+-]+", value) if w.lower().strip(".") not in generic]
+    return [w.strip(".") for w in words if len(w.strip(".")) >= 3 or any(ch.isdigit() for ch in w)]
+
+
+def mentions(text: str, value: str, *, loose: bool = True, unlike: str = "") -> bool:
+    """Whether ``text`` names ``value`` (whole words, any case; ``loose``: or a distinctive word of
+    it, one that ``unlike``, another value, does not share: "project manager" is not named by
+    "manager" when told from "program manager")."""
+    if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.I):
+        return True
+    if not loose:
+        return False
+    shared = {w.lower() for w in value_terms(unlike)}
+    terms = [w for w in value_terms(value) if w.lower() not in shared]
+    return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?!\w)", text, re.I) for w in terms)
+
+
+_HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|(?:my|the) old|originally|back then|earlier|"
+                      r"in the past|when did|ex|prior|switch(?:ed)? from|left)\b", re.I)
+
+
+def asked_attribute(query: str) -> tuple[str, bool]:
+    """The attribute of the asker a question asks about, and whether it asks about the past
+    ("Where did I live before?", "When did I move?"); ("", False) for any other question."""
+    if not re.search(r"\b(?:i|i'm|my|me|am i|do i|did i)\b", query, re.I):
+        return "", False
+    q = query.lower()
+    fav = re.search(rf"{_FAVOURITE}\s+(\w+)", q)
+    best, where = "", 10_000
+    if fav and fav.group(1) in _FAV_KIND:
+        best = _FAV_KIND[fav.group(1)]
+    else:
+        for attr in ATTRIBUTES.values():
+            pattern = attr.cues + (f"|{attr.asks}" if attr.asks else "")
+            m = re.search(rf"\b(?:{pattern})\b", q)
+            if m and m.start() < where and not (attr.key == "home_city" and "where" == m.group() and
+                                                  re.search(r"\b(?:work|study|gym|work out|school)\b", q)):
+                best, where = attr.key, m.start()
+    return best, bool(best and _HISTORY.search(q))

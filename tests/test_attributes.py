@@ -1,0 +1,211 @@
+"""Attributes that change: statements read by rule, newer values superseding older ones (old
+facts and the messages that stated them), endings, corrections, controls that change nothing,
+facts stated by the agent, and questions about now and about before."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mnemoplan.bench.updates import judge, load, mentions as label_mentions
+from mnemoplan.errors import InvalidInput
+from mnemoplan.extract.attributes import asked_attribute, attribute_statements, mentions
+from mnemoplan.model import FactIn, MemoryItem, MessageIn
+from mnemoplan.service.service import MemoryService
+
+T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def said(text: str) -> list[tuple[str, str, bool, bool, str]]:
+    return [(s.attribute, s.value, s.ending, s.adds, s.replaces) for s in attribute_statements(text)]
+
+
+def values(text: str) -> dict[str, str]:
+    return {s.attribute: s.value for s in attribute_statements(text) if s.value and not s.replaces}
+
+
+# -- reading statements ------------------------------------------------------------------
+
+
+def test_a_value_is_read_from_the_frame_of_its_cue() -> None:
+    assert values("I work at Rakuten and the all-hands is in Japanese")["employer"] == "Rakuten"
+    assert values("my first week at Siemens Healthineers went really well!")["employer"] == "Siemens Healthineers"
+    assert values("our neighbours here in Portland are so sweet")["home_city"] == "Portland"
+    assert values("my girlfriend Ingrid and I are going north")["partner"] == "Ingrid"
+    got = values("I'm a support engineer at Atlassian in Sydney.")
+    assert got["job_title"] == "support engineer" and got["employer"] == "Atlassian"
+    assert values("my favourite band is Arctic Monkeys and I want to learn a song")["favourite_band"] == "Arctic Monkeys"
+
+
+def test_someone_elses_value_a_hedge_or_a_visit_state_nothing_of_the_speaker() -> None:
+    assert not values("my brother just moved to Galway for his new job")
+    assert "partner" not in values("my sister introduced us to her new boyfriend Joris")
+    assert not values("maybe we'll move to Thessaloniki next year")
+    assert "employer" not in values("I'm thinking about applying to Adyen, a recruiter messaged me")
+    assert not values("back from Vienna, the trip was great")
+
+
+def test_a_value_before_a_hedge_still_stands() -> None:
+    assert values("my girlfriend Sofie and I want to do a winter cabin trip")["partner"] == "Sofie"
+
+
+def test_endings_and_corrections_are_read() -> None:
+    assert ("partner", "", True, False, "") in said("we broke up last week. four years.")
+    corrected = [s for s in attribute_statements("wait no sorry, KPMG, not Deloitte.") if s.replaces]
+    assert corrected and corrected[0].value == "KPMG" and corrected[0].replaces == "Deloitte"
+    corrected = [s for s in attribute_statements("oops — program manager, not project manager!") if s.replaces]
+    assert corrected and corrected[0].value == "program manager" and corrected[0].replaces == "project manager"
+
+
+def test_a_second_value_adds() -> None:
+    adds = [s for s in attribute_statements("I also started doing weddings, I'm a wedding photographer on the side")
+            if s.attribute == "job_title"]
+    assert adds and adds[0].adds
+
+
+def test_questions_name_the_attribute_they_ask_about_and_whether_the_past() -> None:
+    assert asked_attribute("where do I live these days?") == ("home_city", False)
+    assert asked_attribute("who do I work for now?") == ("employer", False)
+    assert asked_attribute("what do I do for a job?")[0] == "job_title"
+    assert asked_attribute("Where did I live before Rotterdam?") == ("home_city", True)
+    assert asked_attribute("When did Caroline move to Sweden?") == ("", False)  # not the asker's
+
+
+def test_a_value_is_named_by_its_distinctive_words_only() -> None:
+    assert mentions("the Civic needs a new converter", "Honda Civic")
+    assert not mentions("I'm a project manager", "program manager", unlike="project manager")
+    assert not mentions("I love the university library", "University of Melbourne")
+
+
+# -- ingest and recall -------------------------------------------------------------------
+
+
+def tell(service: MemoryService, user: str, turns: list[tuple[str, str]], start: datetime = T0) -> None:
+    for i, (speaker, text) in enumerate(turns):
+        message = MessageIn(content=text, speaker=speaker, occurred_at=start + timedelta(days=20 * i))
+        service.remember(messages=[message], user_id=user, session_id=f"session_{i}")
+
+
+def ask(service: MemoryService, user: str, query: str) -> list[MemoryItem]:
+    return service.recall(query, user_id=user, limit=5).items
+
+
+def test_a_new_value_supersedes_the_old_fact_and_the_messages_that_stated_it(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I work at Farfetch and I love the team"),
+                        ("assistant", "Farfetch sounds like a great place to work!"),
+                        ("user", "what's a good pasta recipe for two?"),
+                        ("user", "big news: I left Farfetch and now I'm at Booking.com")])
+    items = ask(service, "u", "Where do I work?")
+    assert "Booking.com" in items[0].text and items[0].current
+    old = [i for i in items if "Farfetch" in i.text and "Booking" not in i.text]
+    assert old and all(not i.current for i in old)
+    rows = service.store.log.select("user_id = 'u' AND superseded_by != ''", ["text", "valid_to"])
+    assert rows and all(r["valid_to"] is not None for r in rows)  # kept, as history, with its end
+    unrelated = service.store.log.select("user_id = 'u' AND text LIKE '%pasta%'", ["superseded_by"])
+    assert unrelated and not unrelated[0]["superseded_by"]
+
+
+def test_the_past_is_answered_from_history(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I live in Utrecht and the rent is wild"),
+                        ("user", "update: we moved to Rotterdam! new place is near the park")])
+    now = ask(service, "u", "where do I live these days?")
+    assert "Rotterdam" in now[0].text and now[0].current
+    before = ask(service, "u", "Where did I live before Rotterdam?")
+    assert "Utrecht" in before[0].text and not before[0].current
+    held = before[0].metadata  # with the interval it held
+    assert held["valid_from"] == T0.isoformat() and held["valid_to"] == (T0 + timedelta(days=20)).isoformat()
+
+
+def test_an_ending_closes_the_value_without_a_new_one(service: MemoryService) -> None:
+    tell(service, "u", [("user", "my boyfriend Marco is cooking tonight"),
+                        ("user", "we broke up last week. four years.")])
+    items = ask(service, "u", "who is my boyfriend?")
+    assert all(not i.current for i in items if "Marco" in i.text)
+
+
+def test_controls_change_nothing(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I live in Cork and want to start sea swimming"),
+                        ("user", "my brother just moved to Galway for his new job"),
+                        ("user", "maybe we'll move to Dublin next year, not sure yet"),
+                        ("user", "back from Vienna, what a trip")])
+    items = ask(service, "u", "remind me where I live")
+    assert "Cork" in items[0].text
+    assert all(i.current for i in items if "Cork" in i.text)
+
+
+def test_a_correction_within_a_session_replaces_at_once(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I'm an auditor at Deloitte in Manchester"),
+                        ("user", "wait no sorry, KPMG, not Deloitte. I'm at KPMG")], start=T0)
+    items = ask(service, "u", "what company am I at?")
+    assert "KPMG" in items[0].text
+    assert all(not i.current for i in items if "Deloitte" in i.text and "KPMG" not in i.text)
+
+
+def test_an_agent_states_a_fact_and_it_supersedes_like_a_message(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I drive a Honda Civic, it's old but fine")])
+    receipt = service.remember(fact=FactIn(attribute="car", value="Mazda CX-5", occurred_at=T0 + timedelta(days=90)),
+                               user_id="u")
+    assert receipt.stored == 1
+    again = service.remember(fact=FactIn(attribute="car", value="Mazda CX-5"), user_id="u")
+    assert again.stored == 0 and again.duplicates == 1
+    items = ask(service, "u", "what car do I drive?")
+    assert "Mazda" in items[0].text and items[0].current
+    assert all(not i.current for i in items if "Civic" in i.text)
+    service.remember(fact=FactIn(attribute="car", ended=True), user_id="u")
+    assert all(not i.current for i in ask(service, "u", "what car do I drive?") if "Mazda" in i.text)
+
+
+def test_a_stated_fact_is_checked(service: MemoryService) -> None:
+    with pytest.raises(InvalidInput):
+        service.remember(fact=FactIn(attribute="car"), user_id="u")
+    with pytest.raises(InvalidInput):
+        service.remember(fact=FactIn(attribute=" ", value="x"), user_id="u")
+    with pytest.raises(InvalidInput):
+        service.remember(content="hi", fact=FactIn(attribute="car", value="x"), user_id="u")
+
+
+def test_multi_valued_attributes_accumulate(service: MemoryService) -> None:
+    service.remember(fact=FactIn(attribute="languages", value="Spanish"), user_id="u")
+    service.remember(fact=FactIn(attribute="languages", value="Portuguese"), user_id="u")
+    rows = service.store.log.select("user_id = 'u' AND kind = 'fact'", ["text", "superseded_by"])
+    assert len(rows) == 2 and all(not r["superseded_by"] for r in rows)
+
+
+# -- the suite ---------------------------------------------------------------------------
+
+
+def test_the_suite_loads_with_both_splits_and_scores_as_its_readme_says() -> None:
+    convs = load()
+    assert len(convs) >= 250 and {c["split"] for c in convs} == {"dev", "heldout"}
+    assert len({c["attribute"] for c in convs}) >= 20
+    conv = {"change": "explicit"}
+    q = {"kind": "current", "current": ["Mercari"], "outdated": ["Rakuten"]}
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    items = [MemoryItem(id="a", kind="fact", text="User works at Mercari.", occurred_at=at, score=1.0),
+             MemoryItem(id="b", kind="message", text="I work at Rakuten", occurred_at=at, score=0.5, current=False),
+             MemoryItem(id="c", kind="message", text="Rakuten has a template", occurred_at=at, score=0.4)]
+    v = judge(conv, q, items)
+    assert v["current_first"] is True and v["outdated_items"] == 2 and v["outdated_marked"] == 1
+    control = judge({"change": "control_same"}, {**q, "outdated": []}, items[1:])
+    assert control["false_supersede"] is True
+    assert label_mentions("two Octavias", ["Octavia"]) and not label_mentions("thinking", ["ing"])
+
+
+def test_bench_suite_command_runs_a_slice(tmp_path: Path) -> None:
+    from mnemoplan.cli.main import main
+
+    out = tmp_path / "out"
+    code = main(["bench", "--suite", "updates", "--split", "heldout", "--limit-conversations", "2",
+                 "--embedding-model", "hash", "--out", str(out)])
+    assert code == 0
+    assert (out / "metrics.json").exists() and (out / "report.md").exists() and (out / "questions.jsonl").exists()
+
+
+def test_between_named_people_only_the_sentence_rules_replace(service: MemoryService) -> None:
+    tell(service, "u", [("Zoe", "I live in Lyon and I love sailing"), ("Zoe", "I moved to Porto last month")])
+    rows = service.store.log.select("user_id = 'u'", ["kind", "text", "superseded_by", "metadata"])
+    assert not [r for r in rows if '"extractor": "attributes"' in (r["metadata"] or "")]
+    lyon = next(r for r in rows if r["kind"] == "message" and "Lyon" in r["text"])
+    assert lyon["superseded_by"] == ""  # its sailing fact still holds
