@@ -131,15 +131,15 @@ class RecallOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     weights: dict[str, float] | None = Field(
-        None, description="Fusion weight per index, e.g. {\"bm25\": 0.7, \"semantic\": 0.3} (each 0-5)."
+        None, description="Fusion weight per index (0-5)."
     )
     token_budget: int | None = Field(None, ge=50, le=8000, description="Size of the context string.")
     context_propagation: float | None = Field(
-        None, ge=0.0, le=1.0, description="Share of a neighbouring turn's score a turn inherits."
+        None, ge=0.0, le=1.0, description="Share of a neighbour's score a turn inherits."
     )
     current_only: bool = Field(
-        False, description="Leave out facts a newer fact superseded, and messages all of whose facts were."
+        False, description="Leave out superseded facts and messages."
     )
     kinds: list[Literal["message", "fact", "procedure", "episode"]] | None = Field(
-        None, description="Kinds of memory to rank (default: message, fact, procedure)."
+        None, description="Kinds to rank (default message, fact, procedure)."
     )

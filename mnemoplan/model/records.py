@@ -154,15 +154,12 @@ class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     content: str = Field(description="The text to remember, verbatim.")
-    speaker: str | None = Field(None, description="Who said it (a name, or a role such as 'user').")
+    speaker: str | None = Field(None, description="Who said it ('user', a name).")
     occurred_at: UtcDatetime | None = Field(
-        None, description="When it was said or happened (ISO-8601); defaults to the call's occurred_at, else now."
+        None, description="When (ISO-8601); default the call's, else now."
     )
     source_id: str | None = Field(
-        None, description=(
-            "The host's own id for this message: a repeat with the same id in the same session is not "
-            "stored twice, and the same text under another id is another message."
-        ),
+        None, description="The host's id for it: stored once per session.",
     )
     kind: Kind | None = Field(None, description="message (default), fact, procedure or episode.")
     metadata: Metadata | None = Field(None, description="Free-form JSON kept with the record.")
@@ -175,13 +172,11 @@ class FactIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    attribute: str = Field(description="What about the person: employer, home_city, partner, diet, phone, ... "
-                                       "(any name; the same name for the same attribute).")
-    value: str | None = Field(None, description="Its value now, e.g. 'Booking.com'. Omit, with ended=true, when "
-                                                "it ended without a new one ('I quit', 'we broke up').")
-    subject: str | None = Field(None, description="Whose attribute: the speaker's name or role; default 'user'.")
-    ended: bool = Field(False, description="The attribute's value ended, with no new one.")
-    occurred_at: UtcDatetime | None = Field(None, description="Since when it holds (ISO-8601); default now.")
+    attribute: str = Field(description="e.g. employer, home_city, partner, diet (same name, same attribute).")
+    value: str | None = Field(None, description="Its value now; omit with ended=true.")
+    subject: str | None = Field(None, description="Whose; default 'user'.")
+    ended: bool = Field(False, description="It ended with no new value ('I quit').")
+    occurred_at: UtcDatetime | None = Field(None, description="Since when; default now.")
 
 
 class TimeRange(BaseModel):
@@ -189,8 +184,8 @@ class TimeRange(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    after: UtcDatetime | None = Field(None, description="Only things that happened at or after this instant.")
-    before: UtcDatetime | None = Field(None, description="Only things that happened before this instant.")
+    after: UtcDatetime | None = Field(None, description="At or after this instant.")
+    before: UtcDatetime | None = Field(None, description="Before this instant.")
 
     def checked(self) -> TimeRange:
         """Return self after checking the bounds are in order.

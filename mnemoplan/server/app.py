@@ -8,6 +8,7 @@ traceback and reported without details.
 
 from __future__ import annotations
 
+import inspect
 import difflib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -127,7 +128,8 @@ def build_tool(fn: Callable[..., Any], **options: Any) -> Tool:
     as_sent = _ArgumentsAsSent(arg_model=arguments, output_schema=output_schema,
                                output_model=meta.output_model, wrap_output=meta.wrap_output)  # fmt: skip
     schema = compact_input_schema(arguments.model_json_schema(by_alias=True))
-    return tool.model_copy(update={"fn_metadata": as_sent, "parameters": schema})
+    description = inspect.cleandoc(tool.description or "")  # a docstring's indentation costs every host tokens
+    return tool.model_copy(update={"fn_metadata": as_sent, "parameters": schema, "description": description})
 
 
 class _MemoryServer(MCPServer):
@@ -177,7 +179,7 @@ def _closest(name: str, arguments: Sequence[str]) -> str:
 
 UserId = Annotated[
     str | None,
-    Field(description="Whose memory (default: the server's user, or over HTTP the token's)."),
+    Field(description="Whose memory (default: yours)."),
 ]
 
 
@@ -214,8 +216,7 @@ def memory_tools() -> list[Tool]:
         metadata: Annotated[Metadata | None, Field(description="JSON kept with it.")] = None,
         flush: Annotated[bool, Field(description="Extract this session's facts now (LLM configured).")] = False,
         fact: Annotated[FactIn | None, Field(description=(
-            "Instead of content: a fact you read, e.g. {\"attribute\": \"employer\", \"value\": \"Acme\"}; "
-            "a new value supersedes the old, ended=true closes it."))] = None,
+            "Instead of content: a fact about the user; a new value supersedes the old."))] = None,
     ) -> RememberResult:
         """Save to long-term memory, verbatim. Call it with each user message worth keeping (what they
         say about themselves, their plans, people, decisions) or with facts you distilled. Pass
@@ -322,8 +323,7 @@ def memory_tools() -> list[Tool]:
         ctx: Context,
         query: Annotated[str, Field(description="The query to plan.")],
         user_id: UserId = None,
-        full: Annotated[bool, Field(description="Also every index's full descriptor and the plan's JSON schema "
-                                                "(~20 KB).")] = False,
+        full: Annotated[bool, Field(description="Also full index descriptors and plan schema (~20 KB).")] = False,
     ) -> ExplainPlanResult:
         """Show, without running it, the plan recall and deep_memory_search would run for a query, and a
         line per index; edit the plan and pass it to deep_memory_search as `plan`."""
