@@ -8,6 +8,7 @@ import re
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -218,9 +219,10 @@ def test_without_an_llm_a_search_does_not_depend_on_the_searches_before_it(
 
     monkeypatch.setattr(deep, "evaluate", second_round_suffices)
     question = "Which orchestra instrument does Ann rehearse on Thursdays?"
-    first = service.deep_search(question, user_id="u")
+    now = datetime.now(UTC)  # one 'now' for both: recency moves with the clock, on a loaded machine visibly
+    first = service.deep_search(question, user_id="u", reference_time=now)
     assert [p.source for p in first.plans] == ["deterministic", "replan"] and first.sufficient
-    again = service.deep_search(question, user_id="u")  # the rules' revision that worked is not reused...
+    again = service.deep_search(question, user_id="u", reference_time=now)  # the revision that worked is not reused...
     assert [p.steps for p in again.plans] == [p.steps for p in first.plans]
     assert [(i.id, i.score) for i in again.items] == [(i.id, i.score) for i in first.items]
     assert not service.explain_plan(question, user_id="u").cached_plan  # ...and not cached
