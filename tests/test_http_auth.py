@@ -106,6 +106,11 @@ def test_no_token_or_an_unknown_one_is_refused_with_401(server: dict[str, Any]) 
         run(server["url"], None, lambda client: client.list_tools())
 
 
+def test_a_server_with_tokens_does_not_serve_the_web_view(server: dict[str, Any]) -> None:
+    """The view checks no token: on a server with tokens it would show every user's memory to anyone."""
+    assert httpx2.get(f"{server['base']}/view").status_code == 404
+
+
 def test_protected_resource_metadata_names_the_server(server: dict[str, Any]) -> None:
     meta = httpx2.get(f"{server['base']}/.well-known/oauth-protected-resource/mcp").json()
     assert meta["resource"] == server["url"]
