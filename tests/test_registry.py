@@ -108,7 +108,7 @@ def test_a_new_index_needs_only_an_adapter_and_a_registration(service: MemorySer
     service.remember(content="the blue heron landed", user_id="u")
     service.remember(content="a grey heron flew off", user_id="u")
     service.registry.register(KeywordCountIndex(service))
-    assert "contains_word" in [d.name for d in service.explain_plan("heron", user_id="u").indexes]
+    assert "contains_word" in [d.name for d in service.explain_plan("heron", user_id="u", full=True).indexes]
     custom = plan(PlanStep(step_id="w", index="contains_word", params={"word": "blue"}))
     result = service.deep_search("heron", user_id="u", plan=custom)
     assert [i.text for i in result.items] == ["the blue heron landed"]
