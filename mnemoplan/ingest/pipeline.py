@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,6 +65,18 @@ class IngestResult:
     duplicates: int
     derived: int = 0
     warnings: list[str] = field(default_factory=list)
+
+
+class PendingView(Protocol):
+    """What ``prepare`` reads of the writes accepted but not yet stored (``ingest.deferred``)."""
+
+    def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
+        """Ids waiting to be stored, by content hash and by ``src:<source id>`` within the session."""
+        ...
+
+    def tail(self, user_id: str, session_id: str) -> list[tuple[str, str]]:
+        """(content hash, id) of the session's messages waiting to be stored, oldest first."""
+        ...
 
 
 class SourcesGone(Exception):
@@ -193,20 +205,30 @@ class Ingestor:
         packed = iter(pack_many([m for m in chosen if m is not None]))
         return [None if m is None else next(packed) for m in chosen]
 
-    def _message_records(
-        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str
+    def prepare(
+        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
+        pending: PendingView | None = None,
     ) -> tuple[list[str], list[Record], int]:
+        """The records of new memories, with their ids, and the ids of repeats (stored, or with
+        ``pending`` still waiting to be: a retry of a call whose write is under way is a repeat).
+
+        Returns (the id of each memory, the records to store, how many were repeats).
+        """
         now = datetime.now(UTC)
         hashes = [content_hash(user_id, project_id, session_id, m) for m in memories]
         sources = [m.source_id for m in memories if m.source_id]
-        existing = self.store.existing(user_id, session_id, hashes, sources)
+        # Pending first: a write leaves the pending ones only once the store holds it.
+        existing = pending.existing(user_id, session_id, hashes, sources) if pending is not None else {}
+        existing = {**self.store.existing(user_id, session_id, hashes, sources), **existing}
         # A message with neither source id nor time cannot be told from another saying the same
         # ("Yes" to two questions): it is a repeat only as part of a retried call, that is when
         # such messages of the call, in order, are the session's last messages.
         loose = [i for i, m in enumerate(memories) if not m.source_id and m.occurred_at is None and m.kind == "message"]
         retried: dict[int, str] = {}
         if loose and all(hashes[i] in existing for i in loose):
-            tail = self.store.session_tail(user_id, session_id, len(loose))
+            waiting = pending.tail(user_id, session_id) if pending is not None else []
+            stored_tail = self.store.session_tail(user_id, session_id, max(0, len(loose) - len(waiting)))
+            tail = (stored_tail + waiting)[-len(loose):]
             if [h for h, _ in tail] == [hashes[i] for i in loose]:
                 retried = {i: rid for i, (_, rid) in zip(loose, tail, strict=True)}
         loose_set = set(loose)
@@ -296,6 +318,18 @@ class Ingestor:
         with self.store.writing(user_id):
             return self._ingest(user_id, memories, session_id, project_id, progress)
 
+    def store_prepared(
+        self, user_id: str, fresh: list[Record], session_id: str, progress: Progress | None = None
+    ) -> IngestResult:
+        """Derive facts and summaries of records ``prepare`` made, embed and store them all.
+
+        The caller holds the user's write lock (``MemoryStore.writing``).
+        """
+        ids = [r.id for r in fresh]
+        if not fresh:
+            return IngestResult(ids, [], 0)
+        return self._derive_and_store(user_id, ids, fresh, 0, session_id, progress)
+
     @contextmanager
     def _ledger_kept_true(self, user_id: str) -> Iterator[None]:
         """A write notes new facts in the ledger before it stores them; if it fails on the way
@@ -311,9 +345,15 @@ class Ingestor:
         self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
         progress: Progress | None,
     ) -> IngestResult:  # fmt: skip
-        ids, fresh, duplicates = self._message_records(user_id, memories, session_id, project_id)
+        ids, fresh, duplicates = self.prepare(user_id, memories, session_id, project_id)
         if not fresh:
             return IngestResult(ids, [], duplicates)
+        return self._derive_and_store(user_id, ids, fresh, duplicates, session_id, progress)
+
+    def _derive_and_store(
+        self, user_id: str, ids: list[str], fresh: list[Record], duplicates: int, session_id: str,
+        progress: Progress | None,
+    ) -> IngestResult:  # fmt: skip
         facts = self._facts_of(fresh)
         warnings: list[str] = []
         episodes: list[Record] = []

@@ -39,7 +39,9 @@ from mnemoplan.planner.rerank.cross_encoder import CrossEncoderReranker
 from mnemoplan.planner.rerank.late_interaction import LateInteractionReranker
 from mnemoplan.planner.rerank.llm import LLMReranker
 from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.ingest.deferred import DeferredIngest
 from mnemoplan.ingest.pipeline import Ingestor
+from mnemoplan.storage.inbox import Inbox
 from mnemoplan.service.service import Limits, MemoryService
 
 log = logging.getLogger(__name__)
@@ -154,7 +156,13 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
             every=settings.llm_extraction_every,
         )  # fmt: skip
+    deferred = None
+    if settings.remember_in_background and not store.read_only:
+        listener = (lambda user, session, stored: extraction.note(  # type: ignore[union-attr]
+            user, session, [r.id for r in stored if r.kind == "message"])) if extraction is not None else None
+        deferred = DeferredIngest(store, ingestor, Inbox(settings.data_dir / "inbox"), stored=listener)
     return MemoryService(
+        deferred=deferred,
         store=store,
         embedder=embedder,
         registry=registry,

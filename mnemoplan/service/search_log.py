@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mnemoplan.model import DeepSearchResult, RecallResult
+
 log = logging.getLogger(__name__)
 
 
@@ -124,3 +126,25 @@ class SearchLog:
         self._wake.set()
         self._thread.join(timeout=5)
         self.flush()
+
+
+def search_summary(result: RecallResult | DeepSearchResult) -> dict[str, Any]:
+    """What the search log keeps of a recall or deep search result."""
+    if isinstance(result, RecallResult):
+        plan = result.trace.plan
+        return {
+            "plan": plan.name if plan else "", "steps": [s.model_dump() for s in result.trace.signals],
+            "timings_ms": result.trace.timings_ms, "items": len(result.items), "candidates": result.total_candidates,
+            "rounds": 1, "cost_usd": 0.0, "llm_calls": 0, "result_ids": [i.id for i in result.items][:50],
+            "warnings": len(result.warnings),
+        }  # fmt: skip
+    stats = result.stats
+    return {
+        "plan": result.plans[-1].name if result.plans else "",
+        "steps": [{"name": s.step_id, "index": s.index, "count": s.count, "ms": s.ms, "error": s.error}
+                  for s in result.steps],  # fmt: skip
+        "timings_ms": stats.durations_ms, "items": len(result.items),
+        "candidates": sum(stats.candidates_per_index.values()), "rounds": stats.rounds, "cost_usd": stats.cost_usd,
+        "llm_calls": stats.llm_calls, "sufficient": result.sufficient, "result_ids": [i.id for i in result.items][:50],
+        "warnings": len(result.warnings),
+    }  # fmt: skip

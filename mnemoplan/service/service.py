@@ -19,9 +19,10 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
 from mnemoplan.inference.embedder import Embedder
 from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.ingest.deferred import DeferredIngest
 from mnemoplan.ingest.pipeline import Ingestor, NewMemory, Progress
 from mnemoplan.search.registry import IndexRegistry
-from mnemoplan.service.search_log import SearchLog
+from mnemoplan.service.search_log import SearchLog, search_summary
 from mnemoplan.storage.lock import can_write
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.model import (
@@ -105,6 +106,8 @@ class MemoryService:
         ingestor: The write path.
         search_log: Where searches are logged; None for none.
         extraction: Facts extracted by an LLM in the background; None without an LLM.
+        deferred: Stores remember's messages on a worker thread once accepted; None stores them
+            before remember answers.
     """
 
     def __init__(
@@ -120,8 +123,10 @@ class MemoryService:
         ingestor: Ingestor,
         search_log: SearchLog | None = None,
         extraction: BackgroundExtraction | None = None,
+        deferred: DeferredIngest | None = None,
     ) -> None:
         self.extraction = extraction
+        self.deferred = deferred
         self.store = store
         self.embedder = embedder
         self.registry = registry
@@ -180,8 +185,16 @@ class MemoryService:
     def _reader(self, user_id: str | None) -> str:
         """The user of a read, once every write of theirs that returned is visible."""
         user = self._user(user_id)
+        if self.deferred is not None:
+            self.deferred.wait(user)
         self.store.wait_for_writes(user)
         return user
+
+    def settle(self) -> None:
+        """Wait until every accepted message is stored and searchable (benchmarks, shutdown)."""
+        if self.deferred is not None:
+            self.deferred.wait()
+        self.store.wait_for_writes()
 
     def _query(self, query: str) -> str:
         return check_text(query, what="query", max_chars=self.limits.max_query_chars,
@@ -259,6 +272,12 @@ class MemoryService:
                     metadata=extra,
                 )
             )
+        if self.deferred is not None and progress is None:  # a large import with progress is stored as it waits
+            ids, duplicates = self.deferred.accept(user, memories, session, project)
+            return RememberResult(user_id=user, session_id=session, ids=ids, stored=len(ids) - duplicates,
+                                  duplicates=duplicates, derived=0, warnings=[])  # fmt: skip
+        if self.deferred is not None:
+            self.deferred.wait(user)  # in order after the user's accepted calls
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
         if self.extraction is not None:
             new = [r.id for r in result.stored if r.kind == "message"]
@@ -381,6 +400,8 @@ class MemoryService:
         started = time.perf_counter()
         self.store.check_writable()
         user = self._user(user_id)
+        if self.deferred is not None:  # what remember accepted is forgotten like what it stored
+            self.deferred.wait(user)
         if bool(ids) == bool(scope):
             raise InvalidInput(
                 "Send either ids or a scope (user, project or session), not both and not neither.",
@@ -404,6 +425,8 @@ class MemoryService:
             label = "ids"
         elif scope == "user":
             report = self.store.drop_user(user)
+            if self.deferred is not None:
+                self.deferred.drop(user)  # files of calls that failed to be stored hold their text
             label = "user"
         elif scope in ("project", "session"):
             value = check_scope(project_id if scope == "project" else session_id, what=f"{scope}_id", required=True)
@@ -456,30 +479,11 @@ class MemoryService:
         """Release every store (each is closed even when another fails to close)."""
         with ExitStack() as closing:
             closing.callback(self.store.close)
+            if self.deferred is not None:  # stores what waits, before the store closes
+                closing.callback(self.deferred.close)
             if self.search_log is not None:
                 closing.callback(self.search_log.close)
             if self.extraction is not None:
                 closing.callback(self.extraction.close)
             closing.callback(self.deep.close)
 
-
-def search_summary(result: RecallResult | DeepSearchResult) -> dict[str, Any]:
-    """What the search log keeps of a recall or deep search result."""
-    if isinstance(result, RecallResult):
-        plan = result.trace.plan
-        return {
-            "plan": plan.name if plan else "", "steps": [s.model_dump() for s in result.trace.signals],
-            "timings_ms": result.trace.timings_ms, "items": len(result.items), "candidates": result.total_candidates,
-            "rounds": 1, "cost_usd": 0.0, "llm_calls": 0, "result_ids": [i.id for i in result.items][:50],
-            "warnings": len(result.warnings),
-        }  # fmt: skip
-    stats = result.stats
-    return {
-        "plan": result.plans[-1].name if result.plans else "",
-        "steps": [{"name": s.step_id, "index": s.index, "count": s.count, "ms": s.ms, "error": s.error}
-                  for s in result.steps],  # fmt: skip
-        "timings_ms": stats.durations_ms, "items": len(result.items),
-        "candidates": sum(stats.candidates_per_index.values()), "rounds": stats.rounds, "cost_usd": stats.cost_usd,
-        "llm_calls": stats.llm_calls, "sufficient": result.sufficient, "result_ids": [i.id for i in result.items][:50],
-        "warnings": len(result.warnings),
-    }  # fmt: skip
