@@ -105,7 +105,8 @@ class LiveBench:
     Args:
         service: The memory service.
         modes: Tool modes to ask (recall, deep, bm25, vector); bm25 and vector together add fusion.
-        with_session: Recall is told the session it is made from and its recent turns.
+        with_session: Recall and deep are told the session they are asked from (recall also its
+            recent turns, as ``history``).
     """
 
     def __init__(self, service: MemoryService, modes: list[str], *, with_session: bool = True) -> None:
@@ -122,12 +123,13 @@ class LiveBench:
         if mode == "recall":
             extra: dict[str, Any] = {}
             if self.with_session:
-                extra = {"session_id": f"session_{turns[i].session}", "recent_turns": recent_turns(turns, i)}
+                extra = {"session_id": f"session_{turns[i].session}", "history": recent_turns(turns, i)}
             result = svc.recall(q.question, user_id=q.conv_id, limit=RANK_DEPTH, reference_time=when, **extra)
             return turns_of(result.items)
         if mode == "deep":
+            own = {"session_id": f"session_{turns[i].session}"} if self.with_session else {}
             result = svc.deep_search(q.question, user_id=q.conv_id, max_results=svc.limits.deep_max_results,
-                                     reference_time=when)  # fmt: skip
+                                     reference_time=when, **own)  # fmt: skip
             return turns_of(result.items)
         index = {"bm25": "bm25", "vector": "semantic"}[mode]
         params = {"top_k": RANK_DEPTH} | ({"min_similarity": -1.0} if index == "semantic" else {})

@@ -297,6 +297,11 @@ UserId = Annotated[
     Field(description="Whose memory; left out, the server's configured user (an empty string is an error)."),
 ]
 
+SessionFrom = Annotated[str | None, Field(description=(
+    "The session this call is made from (the session_id you remember its turns under): its memories, "
+    "already in your context, are left out of the results."))]  # fmt: skip
+IncludeSession = Annotated[bool, Field(description="Also return memories of session_id.")]
+
 
 def memory_tools() -> list[Tool]:
     """The five tools."""
@@ -372,13 +377,16 @@ def memory_tools() -> list[Tool]:
             )),
         ] = None,
         options: Annotated[RecallOptions | None, Field(description="Safe per-call overrides of the defaults.")] = None,
+        session_id: SessionFrom = None,
+        include_session: IncludeSession = False,
     ) -> RecallResult:
         """Fast memory retrieval (milliseconds): ranked memories with per-signal scores and a context string to paste into your prompt."""
         return await call_service(
             ctx,
             lambda s: s.recall(
                 query, user_id=user_id, limit=limit, project_id=project_id, time_range=time_range,
-                reference_time=reference_time, options=options, history=history,
+                reference_time=reference_time, options=options, history=history, session_id=session_id,
+                include_session=include_session,
             ),  # fmt: skip
         )
 
@@ -398,13 +406,16 @@ def memory_tools() -> list[Tool]:
         reference_time: Annotated[
             UtcDatetime | None, Field(description="'Now' for relative times in the query (UTC if no offset).")
         ] = None,
+        session_id: SessionFrom = None,
+        include_session: IncludeSession = False,
     ) -> DeepSearchResult:
         """Thorough search (seconds): plans over every index, executes, judges, re-plans and reranks; returns structured results with stats."""
         return await call_service(
             ctx,
             lambda s: s.deep_search(
                 query, user_id=user_id, time_range=time_range, max_results=max_results, plan=plan,
-                project_id=project_id, reference_time=reference_time,
+                project_id=project_id, reference_time=reference_time, session_id=session_id,
+                include_session=include_session,
             ),  # fmt: skip
         )
 

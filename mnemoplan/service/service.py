@@ -201,6 +201,12 @@ class MemoryService:
                           hint="Shorten it to what is asked, or raise MNEMOPLAN_MAX_QUERY_CHARS.")
 
     @staticmethod
+    def _own_session(session_id: str | None, include: bool) -> str | None:
+        """The session a search leaves out: the caller's own, unless it asks for it."""
+        session = check_scope(session_id, what="session_id")
+        return session if session and not include else None
+
+    @staticmethod
     def _window(time_range: TimeRange | None) -> tuple[datetime | None, datetime | None]:
         if time_range is None:
             return None, None
@@ -304,8 +310,13 @@ class MemoryService:
         reference_time: datetime | None = None,
         options: RecallOptions | None = None,
         history: list[str] | None = None,
+        session_id: str | None = None,
+        include_session: bool = False,
     ) -> RecallResult:
         """The fast path: deterministic multi-signal retrieval and a ready-to-paste context.
+
+        ``session_id``: the session the call is made from; its memories, which the caller holds
+        in its context already, are left out unless ``include_session``.
 
         Raises:
             InvalidInput: bad query, limit, scope or time range.
@@ -316,7 +327,8 @@ class MemoryService:
         if not 1 <= limit <= self.limits.recall_max_limit:
             raise InvalidInput(f"limit must be between 1 and {self.limits.recall_max_limit}, got {limit}.")
         after, before = self._window(time_range)
-        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before,
+                      outside_session=self._own_session(session_id, include_session))  # fmt: skip
         if history and (len(history) > 50 or any(not isinstance(h, str) for h in history)):
             raise InvalidInput("history takes at most 50 strings (the last turns of the conversation).")
         for i, turn in enumerate(history or []):
@@ -337,10 +349,13 @@ class MemoryService:
         plan: QueryPlan | None = None,
         project_id: str | None = None,
         reference_time: datetime | None = None,
+        session_id: str | None = None,
+        include_session: bool = False,
     ):
         """The thorough path: plan, execute, judge, re-plan, rerank.
 
-        ``max_results`` defaults to a caller plan's own, else 10.
+        ``max_results`` defaults to a caller plan's own, else 10. ``session_id`` and
+        ``include_session`` as for ``recall``.
 
         Raises:
             InvalidInput: bad arguments.
@@ -356,7 +371,8 @@ class MemoryService:
                 f"{what} must be between 1 and {self.limits.deep_max_results}, got {max_results}."
             )
         after, before = self._window(time_range)
-        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before,
+                      outside_session=self._own_session(session_id, include_session))  # fmt: skip
         now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
         return self._logged("deep", user, query, lambda: self.deep.run(
             query, scope, max_results=max_results, plan=plan, reference_time=now))  # fmt: skip
