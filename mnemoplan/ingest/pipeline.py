@@ -26,7 +26,7 @@ from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.sentences import split_sentences
 from mnemoplan.extract.summary import SentenceCache, SessionTurn, summarize_session
 from mnemoplan.extract.times import event_span, find_times
-from mnemoplan.ingest.derive import decide, episode_record, fact_record
+from mnemoplan.ingest.derive import decide, episode_record, fact_record, passage_records
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.inference.token_vectors import projection
@@ -150,11 +150,27 @@ class Ingestor:
         """
         texts: list[str] = []
         owner: list[int] = []
+        part_of: list[int] = []  # the passage record a text is, or -1
+        parts = {rec.derived_from[0]: [] for rec in records if rec.kind == "passage"}
+        for j, rec in enumerate(records):
+            if rec.kind == "passage":
+                parts[rec.derived_from[0]].append(j)
         for i, rec in enumerate(records):
             prefix = f"{rec.speaker}: " if rec.speaker else ""
+            if rec.kind == "passage":
+                continue  # embedded with its message, whose vector is the mean of its passages'
+            # A long message is embedded passage by passage: each whole (the model reads ~250
+            # words) and none lost to a sentence split that found no sentence ends in a list.
+            for j in parts.get(rec.id, ()):
+                texts.append(prefix + records[j].text)
+                owner.append(i)
+                part_of.append(j)
+            if rec.id in parts:
+                continue
             for sentence in split_sentences(rec.text, min_words=4):
                 texts.append(prefix + sentence)
                 owner.append(i)
+                part_of.append(-1)
         step = len(texts) if progress is None or len(texts) <= PROGRESS_SLICE else PROGRESS_SLICE
         parts, tokens = [], []
         for start in range(0, len(texts), max(step, 1)):
@@ -166,7 +182,10 @@ class Ingestor:
                 progress(min(start + step, len(texts)), len(texts))
         vectors = np.concatenate(parts) if parts else self.embed([])
         sums = np.zeros((len(records), vectors.shape[1]), dtype=np.float32)
-        np.add.at(sums, np.asarray(owner), vectors)
+        np.add.at(sums, np.asarray(owner, dtype=np.int64), vectors)
+        passages = np.asarray(part_of, dtype=np.int64)
+        if (passages >= 0).any():
+            np.add.at(sums, passages[passages >= 0], vectors[passages >= 0])
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return sums / norms, self._pack(records, texts, owner, tokens)
@@ -355,6 +374,7 @@ class Ingestor:
         progress: Progress | None,
     ) -> IngestResult:  # fmt: skip
         facts = self._facts_of(fresh)
+        passages = [p for m in fresh if m.kind == "message" for p in passage_records(m)]
         warnings: list[str] = []
         episodes: list[Record] = []
         replaced: list[str] = []
@@ -363,15 +383,15 @@ class Ingestor:
         except Exception:
             log.exception("the session summary could not be made; the messages are stored")
             warnings.append("the session summary could not be refreshed (the messages are stored)")
-        vectors, tokens = self.embed_records(fresh + facts, progress)
-        n = len(fresh)
-        fact_vectors = vectors[n:]
+        vectors, tokens = self.embed_records(fresh + facts + passages, progress)
+        n, m = len(fresh), len(fresh) + len(facts)
+        fact_vectors = vectors[n:m]
         with self._ledger_kept_true(user_id):
             settled = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
             keep, supersede, reinforce = settled
-            records = fresh + [facts[i] for i in keep]
-            rows = [vectors[:n], fact_vectors[keep]]
-            packed = tokens[:n] + [tokens[n + i] for i in keep]
+            records = fresh + [facts[i] for i in keep] + passages
+            rows = [vectors[:n], fact_vectors[keep], vectors[m:]]
+            packed = tokens[:n] + [tokens[n + i] for i in keep] + [None] * len(passages)
             for episode in episodes:  # a summary's words are its messages': no tokens of its own
                 records.append(episode)
                 rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])

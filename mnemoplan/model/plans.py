@@ -140,6 +140,6 @@ class RecallOptions(BaseModel):
     current_only: bool = Field(
         False, description="Leave out facts a newer fact superseded, and messages all of whose facts were."
     )
-    kinds: list[Literal["message", "fact", "procedure", "episode"]] | None = Field(
+    kinds: list[Literal["message", "fact", "procedure", "episode", "passage"]] | None = Field(
         None, description="Kinds of memory to rank (default: message, fact, procedure)."
     )

@@ -96,6 +96,28 @@ def to_item(rec: Record, cand: Candidate, sources: dict[str, Record]) -> MemoryI
     )
 
 
+def once_per_message(order: list[Candidate], records: Mapping[str, Record]) -> list[Candidate]:
+    """The candidates whose records are known, a message once: a long message and its passages
+    count as one, at the rank of the best of them, shown as its best passage when one matched
+    (the part of the message that matched, not all of it)."""
+    at: dict[str, int] = {}
+    out: list[Candidate] = []
+    for cand in order:
+        rec = records.get(cand.id)
+        if rec is None:
+            continue
+        passage = rec.kind == "passage" and bool(rec.derived_from)
+        key = rec.derived_from[0] if passage else rec.id
+        if key not in at:
+            at[key] = len(out)
+            out.append(cand)
+        elif passage and records[out[at[key]].id].kind != "passage":  # the message ranked first
+            first = out[at[key]]
+            out[at[key]] = Candidate(cand.id, first.score, {**cand.scores, **first.scores},
+                                     list(dict.fromkeys(first.provenance + cand.provenance)), first.details)  # fmt: skip
+    return out
+
+
 HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
 
 
@@ -203,7 +225,7 @@ class RecallPipeline:
         rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
         if heads is None:
-            ranked, records = order[:limit], rows
+            ranked, records = once_per_message(order, rows)[:limit], rows
         else:
             ranked, records = self._read_best(order, scope.user_id, limit)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
@@ -220,7 +242,7 @@ class RecallPipeline:
             batch = order[start : start + max(limit - len(ranked), 8)]
             start += len(batch)
             records.update(self.records.get(user_id, [c.id for c in batch]))
-            ranked.extend(c for c in batch if c.id in records)
+            ranked = once_per_message(order[:start], records)
         return ranked[:limit], records
 
     def with_options(self, options: RecallOptions | None) -> tuple[RecallConfig, list[str] | None, bool]:

@@ -6,7 +6,6 @@ exercise the same code paths.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -14,14 +13,15 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, TypeVar
 
-from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge
 from mnemoplan.inference.embedder import Embedder
 from mnemoplan.ingest.background import BackgroundExtraction
 from mnemoplan.ingest.deferred import DeferredIngest
 from mnemoplan.ingest.pipeline import Ingestor, NewMemory, Progress
 from mnemoplan.search.registry import IndexRegistry
+from mnemoplan.service.failures import storage_errors
 from mnemoplan.service.search_log import SearchLog, search_summary
 from mnemoplan.storage.lock import can_write
 from mnemoplan.storage.store import MemoryStore
@@ -46,31 +46,7 @@ from mnemoplan.planner.deep import DeepSearch
 from mnemoplan.planner.recall import RecallPipeline
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-P = ParamSpec("P")
 SearchResult = TypeVar("SearchResult", RecallResult, DeepSearchResult)
-
-
-def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
-    """A service method whose storage failures that the caller can act on (a full disk, a data
-    directory that cannot be written) raise their ``MnemoError`` (see ``errors.storage_failure``)
-    instead of the storage library's own exception, which reached callers as an internal error."""
-
-    def wrap(method: Callable[P, T]) -> Callable[P, T]:
-        @functools.wraps(method)
-        def call(*args: P.args, **kwargs: P.kwargs) -> T:
-            try:
-                return method(*args, **kwargs)
-            except Exception as exc:
-                failure = storage_failure(exc, doing)
-                if failure is None:
-                    raise
-                log.warning("%s failed: %s", doing, failure.message, exc_info=True)
-                raise failure from exc
-
-        return call
-
-    return wrap
 
 
 def _json_chars(value: Any) -> int:
