@@ -157,6 +157,9 @@ class DeferredIngest:
                 log.exception("storing %d accepted message(s) failed; they are stored at the next start",
                               sum(len(a.records) for a in batch))  # fmt: skip
                 self.failures.append(f"storing accepted messages failed ({type(exc).__name__}); retried at restart")
+            if result is not None:  # before waiters hear of it: a forget of the user finds no file
+                for accepted in batch:
+                    self.inbox.done(accepted)
             with self._cond:
                 queue = self._users[user_id]
                 queue.waiting = queue.waiting[len(batch):]
@@ -165,8 +168,6 @@ class DeferredIngest:
                     del self._users[user_id]
                 self._cond.notify_all()
             if result is not None:
-                for accepted in batch:
-                    self.inbox.done(accepted)
                 if self._stored is not None and result.stored:
                     try:
                         self._stored(user_id, batch[0].session_id, result.stored)

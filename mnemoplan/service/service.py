@@ -256,6 +256,9 @@ class MemoryService:
             )
         if self.deferred is not None and progress is None:  # a large import with progress is stored as it waits
             ids, duplicates = self.deferred.accept(user, memories, session, project)
+            if flush and self.extraction is not None:  # extraction reads the stored records
+                self.deferred.wait(user)
+                self.extraction.note(user, session, [], flush=True)
             return RememberResult(user_id=user, session_id=session, ids=ids, stored=len(ids) - duplicates,
                                   duplicates=duplicates, derived=0, warnings=[])  # fmt: skip
         if self.deferred is not None:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,15 +68,20 @@ class Inbox:
         (self.path / f"{accepted.token}.json").unlink(missing_ok=True)
 
     def left_over(self) -> list[Accepted]:
-        """Calls accepted by an earlier run and never stored, oldest first."""
-        for tmp in self.path.glob("*.tmp"):  # never acknowledged: the caller saw an error
+        """Calls accepted by an earlier run and never stored, oldest first (at start-up: a file
+        still being written is one the caller never heard was accepted, and goes)."""
+        for tmp in self.path.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
+        return self._files()
+
+    def _files(self) -> list[Accepted]:
         out: list[Accepted] = []
-        files = sorted(self.path.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
-        for path in files:
+        for path in _stamped(self.path.glob("*.json")):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 records = [Record.model_validate(r) for r in data["records"]]
+            except FileNotFoundError:  # stored meanwhile
+                continue
             except (OSError, ValueError, KeyError):
                 log.warning("an unreadable accepted-message file was skipped: %s", path.name)
                 continue
@@ -85,6 +91,17 @@ class Inbox:
 
     def drop(self, user_id: str) -> None:
         """Remove every file of one user (their memory is forgotten)."""
-        for accepted in self.left_over():
+        for accepted in self._files():
             if accepted.user_id == user_id:
                 self.done(accepted)
+
+
+def _stamped(paths: Iterable[Path]) -> Iterator[Path]:
+    """Paths in the order they were written (modification time, then name), those still there."""
+    stamped = []
+    for path in paths:
+        try:
+            stamped.append((path.stat().st_mtime, path.name, path))
+        except FileNotFoundError:
+            continue
+    return iter(p for _, _, p in sorted(stamped))
