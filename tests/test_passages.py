@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mnemoplan.extract.passages import PASSAGE_MIN_CHARS, split_passages
 from mnemoplan.model import MessageIn
 from mnemoplan.model.scope import RecordFilter
@@ -54,5 +56,18 @@ def test_forgetting_a_long_message_forgets_its_passages(tmp_path: Path) -> None:
         rid = service.remember(content=long_reply(), speaker="assistant", user_id="u").ids[0]
         service.forget(ids=[rid], user_id="u")
         assert service.store.log.count(RecordFilter("u")) == 0
+    finally:
+        service.close()
+
+
+@pytest.mark.slow
+def test_passages_have_their_own_token_vectors(tmp_path: Path) -> None:
+    """Token matching (and deep search's token rerank) reads stored tokens: a passage without
+    them would leave the user's memories incomplete and every rerank embedding texts anew."""
+    service = make_service(tmp_path / "data", embedding_model="all-MiniLM-L6-v2")
+    try:
+        service.remember(content=long_reply(), speaker="assistant", user_id="u")
+        assert service.store.log.count(RecordFilter("u", kinds=("passage",))) > 1
+        assert service.store.log.count_lacking_tokens("u") == 0
     finally:
         service.close()

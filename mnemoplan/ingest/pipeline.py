@@ -188,7 +188,7 @@ class Ingestor:
             np.add.at(sums, passages[passages >= 0], vectors[passages >= 0])
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return sums / norms, self._pack(records, texts, owner, tokens)
+        return sums / norms, self._pack(records, texts, owner, tokens, part_of)
 
     def _embed_chunk(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
         if self.embed_with_tokens is None:
@@ -205,20 +205,22 @@ class Ingestor:
             return vectors, []
 
     def _pack(self, records: list[Record], texts: list[str], owner: list[int],
-              tokens: list[TokenVectors]) -> list[bytes | None]:  # fmt: skip
-        """Each record's content tokens, packed (all its tokens when none is content)."""
+              tokens: list[TokenVectors], part_of: list[int]) -> list[bytes | None]:  # fmt: skip
+        """Each record's content tokens, packed (all its tokens when none is content); a passage
+        has its own, the message all of its passages'."""
         if not tokens:
             return [None] * len(records)
         content: dict[str, bool] = {}
         kept: list[list[np.ndarray]] = [[] for _ in records]
         every: list[list[np.ndarray]] = [[] for _ in records]
-        for text, i, tv in zip(texts, owner, tokens, strict=True):
+        for text, i, j, tv in zip(texts, owner, part_of, tokens, strict=True):
             words = [text[a:b] for a, b in tv.words]
             for word in set(words) - content.keys():
                 content[word] = bool(self.store.bm25.terms(word))
             keep = np.array([content[w] for w in words], dtype=bool)
-            kept[i].append(tv.vectors[keep])
-            every[i].append(tv.vectors)
+            for k in (i, j) if j >= 0 else (i,):
+                kept[k].append(tv.vectors[keep])
+                every[k].append(tv.vectors)
         chosen = [np.concatenate(k if any(len(m) for m in k) else e) if e else None
                   for k, e in zip(kept, every, strict=True)]  # fmt: skip
         packed = iter(pack_many([m for m in chosen if m is not None]))
@@ -391,7 +393,7 @@ class Ingestor:
             keep, supersede, reinforce = settled
             records = fresh + [facts[i] for i in keep] + passages
             rows = [vectors[:n], fact_vectors[keep], vectors[m:]]
-            packed = tokens[:n] + [tokens[n + i] for i in keep] + [None] * len(passages)
+            packed = tokens[:n] + [tokens[n + i] for i in keep] + tokens[m:]
             for episode in episodes:  # a summary's words are its messages': no tokens of its own
                 records.append(episode)
                 rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
