@@ -56,6 +56,10 @@ class Settings(BaseSettings):
         "auto", description="auto: bfloat16 where the CPU computes it natively, else fp32."
     )
 
+    remember_in_background: bool = Field(
+        True, description="remember answers once the messages are durably accepted; embedding, facts, summaries "
+        "and indexing follow on a worker thread (reads wait for them). False: all of it before remember answers.",
+    )
     graph_buffer_pool_mb: int = Field(
         1024, ge=64, description="Kùzu's page cache in MB (a limit: memory is taken as the graph is used)."
     )

@@ -20,7 +20,12 @@ configure()  # what an entry point applies first (runtime.py)
 
 
 def make_service(data_dir: Path, **overrides: Any) -> MemoryService:
-    """A service over real LanceDB, Tantivy and Kùzu stores, with the small test embedder."""
+    """A service over real LanceDB, Tantivy and Kùzu stores, with the small test embedder.
+
+    ``remember`` stores before it answers unless a test asks otherwise: most tests read the
+    stores right after it. The worker-thread path (the server's default) has its own tests
+    (test_deferred_ingest.py) and runs under every MCP test."""
+    overrides.setdefault("remember_in_background", False)
     settings = Settings(data_dir=data_dir, embedding_model=overrides.pop("embedding_model", "hash"), **overrides)
     return build_service(settings)
 

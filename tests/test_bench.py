@@ -128,3 +128,32 @@ def test_auroc_counts_ties_half() -> None:
     assert auroc([0.9, 0.8], [0.1, 0.2]) == 1.0
     assert auroc([0.1], [0.9]) == 0.0
     assert auroc([0.5], [0.5]) == 0.5
+
+
+def test_questions_with_asked_at_are_asked_when_their_turn_comes(tmp_path: Path) -> None:
+    """Mid-conversation: only the turns before the asking one are in memory when it is asked."""
+    data = tmp_path / "realmem-like"
+    data.mkdir()
+    turns = [("c1", 1, "D1:1", "User", "My bike is a blue Brompton"), ("c1", 1, "D1:2", "Assistant", "Nice folding bike!"),
+             ("c1", 2, "D2:1", "User", "I sold the Brompton and bought a red Trek"),
+             ("c1", 2, "D2:2", "Assistant", "Enjoy the Trek."), ("c1", 3, "D3:1", "User", "Which bike do I ride?")]
+    (data / "messages.jsonl").write_text("".join(json.dumps(
+        {"conv_id": c, "session": s, "dia_id": d, "speaker": sp, "text": t, "timestamp": f"2024-01-0{s}"}) + "\n"
+        for c, s, d, sp, t in turns))  # fmt: skip
+    (data / "questions.jsonl").write_text("".join(json.dumps(
+        {"conv_id": "c1", "qid": q, "question": text, "answer": "", "category": "x", "evidence": ev, "asked_at": at})
+        + "\n" for q, text, ev, at in [("q1", "Which bike do I have?", ["D1:1"], "D2:1"),
+                                       ("q2", "Which bike do I ride?", ["D2:1"], "D3:1")]))  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["bench", "--dataset", str(data), "--mode", "all", "--out", str(out),
+                 "--embedding-model", "hash", "--mcp-sample", "0"]) == 0  # fmt: skip
+    for mode in ("recall", "deep", "bm25", "vector", "fusion"):
+        rows = {r["qid"]: r["ranked"] for r in map(json.loads, (out / f"rankings-{mode}.jsonl").read_text().splitlines())}
+        assert set(rows["q1"]) <= {"D1:1", "D1:2"}  # asked before D2:1 was said
+        assert "D3:1" not in rows["q2"]  # the asking turn itself is not in memory
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["remember"]["messages"] == 4 and metrics["questions"] == 2
+    assert "fusion" in metrics["modes"] and "p99" in metrics["remember"]["all"]
+    assert main(["bench", "--dataset", str(data), "--mode", "recall", "--out", str(tmp_path / "one"),
+                 "--embedding-model", "hash", "--mcp-sample", "0", "--questions-per-conversation", "1"]) == 0
+    assert json.loads((tmp_path / "one" / "metrics.json").read_text())["remember"]["messages"] == 2

@@ -16,7 +16,9 @@ MODES = ("recall", "deep", "bm25", "vector")
 def bench_arguments(p: argparse.ArgumentParser) -> None:
     """The bench command's options."""
     src = p.add_argument_group("data (one of)")
-    src.add_argument("--dataset", type=Path, help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json)")
+    src.add_argument("--dataset", type=Path, 
+                     help="a benchmark in LoCoMo's JSON format (e.g. locomo10.json), or a directory "
+                          "holding messages.jsonl and questions.jsonl")  # fmt: skip
     src.add_argument("--messages", type=Path, help="generic format: messages JSONL")
     src.add_argument("--questions", type=Path, help="generic format: questions JSONL")
     src.add_argument("--suite", choices=["updates"],
@@ -29,6 +31,11 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="directory for rankings, metrics, report and plots")
     p.add_argument("--data-dir", type=Path, help="memory data directory (default: a fresh temporary one)")
     p.add_argument("--limit-conversations", type=int, metavar="N", help="only the first N conversations")
+    p.add_argument("--questions-per-conversation", type=int, metavar="N",
+                   help="only the first N questions of each conversation (asked mid-conversation: the "
+                        "conversation is stored only up to the last of them)")  # fmt: skip
+    p.add_argument("--no-session", action="store_true",
+                   help="mid-conversation: recall is not told the session it is asked from, nor its recent turns")
     p.add_argument("--mcp-sample", type=int, default=50, metavar="N",
                    help="questions timed through a real MCP stdio round trip (0: skip; default 50)")  # fmt: skip
     p.add_argument("--cold-starts", type=int, default=3, metavar="N",

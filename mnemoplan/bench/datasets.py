@@ -35,6 +35,7 @@ class Question:
     category: str
     evidence: list[str]
     evidence_sessions: list[int] = field(default_factory=list)
+    asked_at: str | None = None  # the dia_id of the turn that asks it: only earlier turns are in memory
 
 
 @dataclass
@@ -113,6 +114,16 @@ def load_locomo(path: Path) -> Dataset:
     )
 
 
+def load_directory(path: Path) -> Dataset:
+    """A directory holding the generic pair as ``messages.jsonl`` and ``questions.jsonl``."""
+    messages, questions = path / "messages.jsonl", path / "questions.jsonl"
+    if not (messages.is_file() and questions.is_file()):
+        raise ValueError(f"{path}: a dataset directory holds messages.jsonl and questions.jsonl")
+    dataset = load_jsonl(messages, questions)
+    dataset.name = path.name
+    return dataset
+
+
 # -- generic JSONL ----------------------------------------------------------------------
 
 
@@ -160,7 +171,9 @@ def load_jsonl(messages: Path, questions: Path) -> Dataset:
             excluded += 1
             continue
         sessions = sorted({session_of[(conv, e)] for e in evidence if (conv, e) in session_of})
-        out.append(Question(str(row["qid"]), conv, row["question"], str(row.get("category", "")), evidence, sessions))
+        asked = str(row["asked_at"]) if row.get("asked_at") else None
+        out.append(Question(str(row["qid"]), conv, row["question"], str(row.get("category", "")), evidence, sessions,
+                            asked))  # fmt: skip
     return Dataset(
         name=messages.name,
         turns=turns,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from mnemoplan.bench.abstain import run_abstain
 from mnemoplan.bench.arguments import MODES
-from mnemoplan.bench.datasets import Dataset, Question, load_jsonl, load_locomo
+from mnemoplan.bench.datasets import Dataset, Question, load_directory, load_jsonl, load_locomo
 from mnemoplan.bench.metrics import latency_summary, summarise
 from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
@@ -43,6 +43,8 @@ def load_dataset(args: argparse.Namespace) -> Dataset:
     """The dataset the arguments name."""
     if args.dataset and (args.messages or args.questions):
         sys.exit("mnemoplan bench: give --dataset or --messages/--questions, not both")
+    if args.dataset and args.dataset.is_dir():
+        return load_directory(args.dataset)
     if args.dataset:
         return load_locomo(args.dataset)
     if args.messages and args.questions:
@@ -90,6 +92,7 @@ def ingest(service: MemoryService, dataset: Dataset) -> dict[str, float]:
         for session, messages in sessions.items():
             service.remember(messages=messages, user_id=conv_id, session_id=f"session_{session}")
             progress.advance(len(messages))
+    service.settle()  # derived work still under way counts against ingest
     service.store.maintain()
     seconds = time.perf_counter() - started
     progress.close()
@@ -245,30 +248,43 @@ def run_from_args(args: argparse.Namespace) -> int:
     from mnemoplan.service.bootstrap import build_service
 
     service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
+    live = bool(dataset.questions) and all(q.asked_at for q in dataset.questions)
+    per_conv = getattr(args, "questions_per_conversation", None)
+    if per_conv is not None and not live:
+        seen: dict[str, int] = {}
+        kept = []
+        for q in dataset.questions:
+            seen[q.conv_id] = seen.get(q.conv_id, 0) + 1
+            if seen[q.conv_id] <= per_conv:
+                kept.append(q)
+        dataset.questions = kept
     try:
         started = time.perf_counter()
         service.embedder.embed(["warm up"])
         model_load_s = time.perf_counter() - started
-        ingest_stats = ingest(service, dataset) | {"model_load_s": round(model_load_s, 2)}
-        abstain = run_abstain(service, dataset, out) if args.mode == "abstain" else {}
-        results: dict[str, Any] = {}
-        latencies: dict[str, list[float]] = {}
-        session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
-        for mode in modes:
-            rankings, lat = run_mode(service, mode, dataset.questions)
-            latencies[mode] = lat
-            with (out / f"rankings-{mode}.jsonl").open("w", encoding="utf-8") as fh:
-                for q, ms in zip(dataset.questions, lat, strict=True):
-                    fh.write(json.dumps({"qid": q.qid, "ranked": rankings[q.qid], "latency_ms": round(ms, 3)}) + "\n")
-            results[mode] = {"quality": summarise(dataset.questions, rankings, session_of),
-                             "latency_ms": latency_summary(lat)}  # fmt: skip
-        overhead = plan_overhead(service, dataset.questions) if "recall" in modes else None
-        single = single_remember(service, dataset) if modes else None
-        rss_mb = peak_rss_mb(service)
+        if live:
+            run_live(service, dataset, modes, args, out, model_load_s, plots)
+        else:
+            ingest_stats = ingest(service, dataset) | {"model_load_s": round(model_load_s, 2)}
+            abstain = run_abstain(service, dataset, out) if args.mode == "abstain" else {}
+            results: dict[str, Any] = {}
+            latencies: dict[str, list[float]] = {}
+            session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
+            for mode in modes:
+                rankings, lat = run_mode(service, mode, dataset.questions)
+                latencies[mode] = lat
+                with (out / f"rankings-{mode}.jsonl").open("w", encoding="utf-8") as fh:
+                    for q, ms in zip(dataset.questions, lat, strict=True):
+                        fh.write(json.dumps({"qid": q.qid, "ranked": rankings[q.qid], "latency_ms": round(ms, 3)}) + "\n")
+                results[mode] = {"quality": summarise(dataset.questions, rankings, session_of),
+                                 "latency_ms": latency_summary(lat)}  # fmt: skip
+            overhead = plan_overhead(service, dataset.questions) if "recall" in modes else None
+            single = single_remember(service, dataset) if modes else None
+            rss_mb = peak_rss_mb(service)
     finally:
         service.close()
-    if args.mode == "abstain":
-        code = write_abstain(out, dataset, abstain, ingest_stats)
+    if live or args.mode == "abstain":
+        code = 0 if live else write_abstain(out, dataset, abstain, ingest_stats)
         if temporary and not args.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
         return code
@@ -301,4 +317,52 @@ def run_from_args(args: argparse.Namespace) -> int:
         update_readme(args.readme, metrics)
     if temporary and not args.keep_data:
         shutil.rmtree(data_dir, ignore_errors=True)
+    return 0
+
+
+def run_live(service: MemoryService, dataset: Dataset, modes: list[str], args: argparse.Namespace, out: Path,
+             model_load_s: float, plots: bool) -> int:  # fmt: skip
+    """The mid-conversation protocol (``bench.live``): questions with ``asked_at`` are asked when
+    their turn comes up, each message stored through one ``remember`` call."""
+    from mnemoplan.bench.live import FUSION, LiveBench, latency_rows, remember_lines, remember_summary
+
+    bench = LiveBench(service, modes, with_session=not getattr(args, "no_session", False))
+    run = bench.run(dataset, getattr(args, "questions_per_conversation", None))
+    stored_turns = run.stored
+    rss_mb = peak_rss_mb(service)
+    session_of = {c: {t.dia_id: t.session for t in ts} for c, ts in dataset.turns.items()}
+    lat = latency_rows(run)
+    results: dict[str, Any] = {}
+    order = [m for m in [*modes, FUSION] if m in run.rankings]
+    for mode in order:
+        with (out / f"rankings-{mode}.jsonl").open("w", encoding="utf-8") as fh:
+            for q, ms in zip(run.questions, run.latencies[mode], strict=True):
+                fh.write(json.dumps({"qid": q.qid, "ranked": run.rankings[mode][q.qid], "latency_ms": round(ms, 3)})
+                         + "\n")  # fmt: skip
+        results[mode] = {"quality": summarise(run.questions, run.rankings[mode], session_of), "latency_ms": lat[mode]}
+    remember = remember_summary(run)
+    metrics = {
+        "dataset": dataset.name,
+        "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(), "mode": args.mode,
+                "protocol": "mid-conversation", "questions_per_conversation": args.questions_per_conversation},
+        "conversations": len(dataset.turns),
+        "conversation_ids": list(dataset.turns),
+        "turns": stored_turns,
+        "questions": len(run.questions),
+        "category_names": dataset.category_names,
+        "ingest": {"messages": run.stored, "seconds": round(run.remember_s + run.settle_s, 2),
+                   "messages_per_s": remember["messages_per_s"], "model_load_s": round(model_load_s, 2)},
+        "remember": remember,
+        "peak_rss_mb": round(rss_mb, 1),
+        "modes": results,
+        "notes": [*dataset.notes, "asked mid-conversation: only messages before the asking turn are stored; "
+                  "one message per remember call"],
+    }  # fmt: skip
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    text = write_report(out, metrics)
+    text += "\n" + "\n".join(remember_lines(remember)) + "\n"
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text, file=sys.stderr)
+    if plots:
+        write_plots(out, metrics, dict(run.latencies))
     return 0

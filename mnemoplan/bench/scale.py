@@ -97,6 +97,7 @@ def build_store(service: MemoryService, dataset: Dataset, n: int, have: int) -> 
             derived += result.derived
             progress.advance(fresh)
         position, last_round = end, r
+    service.settle()  # what remember accepted is stored before the store is measured
     seconds = time.perf_counter() - started
     progress.close()
     return {

@@ -19,6 +19,7 @@ from mnemoplan.extract.lexicon import conjugate
 from mnemoplan.extract.summary import EpisodeSummary
 from mnemoplan.model import EntityMention, Record
 from mnemoplan.storage.ledger import SUMMARIZER, KnownFact, is_hedged
+from mnemoplan.extract.passages import split_passages
 
 FACT_IMPORTANCE = 0.7
 EPISODE_IMPORTANCE = 0.6
@@ -163,3 +164,20 @@ def decide(fact: Record, vector: np.ndarray, known: list[KnownFact], similarity:
         if functional and (surer or (not same_object and (old.hedged or not hedged))) and old.id not in replaced:
             replaced.append(old.id)
     return FactDecision(store=True, supersede=tuple(replaced), contradicts=contradicts)
+
+
+def passage_records(message: Record) -> list[Record]:
+    """The passages of a long message (``extract.passages``), each a record derived from it:
+    searched on its own, shown as itself, counted as its message."""
+    return [
+        Record(
+            id=uuid.uuid4().hex, user_id=message.user_id, project_id=message.project_id,
+            session_id=message.session_id, kind="passage", speaker=message.speaker, text=text,
+            occurred_at=message.occurred_at, created_at=message.created_at,
+            content_hash=_digest(message.user_id, "passage", message.id, str(i)), derived_from=[message.id],
+            metadata={"passage": i, "message": message.id}, importance=message.importance,
+            event_start=message.event_start, event_end=message.event_end,
+        )  # fmt: skip
+        for i, text in enumerate(split_passages(message.text))
+    ]
+

@@ -1,11 +1,6 @@
-"""The write path of ``remember``: de-duplicate, extract, embed, store, derive.
-
-Deterministic extraction runs inline: names, resolved time expressions, simple facts
-(each a fact record derived from its message), and every ``episode_every`` messages of
-a session an extractive summary of its latest stretch (``episode_span`` messages at most).
-The raw text is always stored verbatim: extraction only adds to it, and a failure there
-never loses a message.
-"""
+"""The write path of ``remember``: de-duplicate, extract, embed, store, derive (names, times,
+facts, passages of long messages, and session summaries: ``ingest.episodes``). The raw text is
+stored verbatim: extraction only adds to it, and a failure there never loses a message."""
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,10 +19,11 @@ from mnemoplan.errors import Unavailable
 from mnemoplan.extract.facts import extract_facts
 from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.sentences import split_sentences
-from mnemoplan.extract.summary import SentenceCache, SessionTurn, summarize_session
+from mnemoplan.extract.summary import SentenceCache
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.ingest import attributes
-from mnemoplan.ingest.derive import decide, episode_record, fact_record
+from mnemoplan.ingest.derive import decide, fact_record, passage_records
+from mnemoplan.ingest.episodes import episode_vector, episodes_due
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.inference.token_vectors import projection
@@ -78,6 +74,18 @@ class IngestResult:
     duplicates: int
     derived: int = 0
     warnings: list[str] = field(default_factory=list)
+
+
+class PendingView(Protocol):
+    """What ``prepare`` reads of the writes accepted but not yet stored (``ingest.deferred``)."""
+
+    def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
+        """Ids waiting to be stored, by content hash and by ``src:<source id>`` within the session."""
+        ...
+
+    def tail(self, user_id: str, session_id: str) -> list[tuple[str, str]]:
+        """(content hash, id) of the session's messages waiting to be stored, oldest first."""
+        ...
 
 
 class SourcesGone(Exception):
@@ -153,11 +161,27 @@ class Ingestor:
         """
         texts: list[str] = []
         owner: list[int] = []
+        part_of: list[int] = []  # the passage record a text is, or -1
+        parts = {rec.derived_from[0]: [] for rec in records if rec.kind == "passage"}
+        for j, rec in enumerate(records):
+            if rec.kind == "passage":
+                parts[rec.derived_from[0]].append(j)
         for i, rec in enumerate(records):
             prefix = f"{rec.speaker}: " if rec.speaker else ""
+            if rec.kind == "passage":
+                continue  # embedded with its message, whose vector is the mean of its passages'
+            # A long message is embedded passage by passage: each whole (the model reads ~250
+            # words) and none lost to a sentence split that found no sentence ends in a list.
+            for j in parts.get(rec.id, ()):
+                texts.append(prefix + records[j].text)
+                owner.append(i)
+                part_of.append(j)
+            if rec.id in parts:
+                continue
             for sentence in split_sentences(rec.text, min_words=4):
                 texts.append(prefix + sentence)
                 owner.append(i)
+                part_of.append(-1)
         step = len(texts) if progress is None or len(texts) <= PROGRESS_SLICE else PROGRESS_SLICE
         parts, tokens = [], []
         for start in range(0, len(texts), max(step, 1)):
@@ -169,10 +193,13 @@ class Ingestor:
                 progress(min(start + step, len(texts)), len(texts))
         vectors = np.concatenate(parts) if parts else self.embed([])
         sums = np.zeros((len(records), vectors.shape[1]), dtype=np.float32)
-        np.add.at(sums, np.asarray(owner), vectors)
+        np.add.at(sums, np.asarray(owner, dtype=np.int64), vectors)
+        passages = np.asarray(part_of, dtype=np.int64)
+        if (passages >= 0).any():
+            np.add.at(sums, passages[passages >= 0], vectors[passages >= 0])
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return sums / norms, self._pack(records, texts, owner, tokens)
+        return sums / norms, self._pack(records, texts, owner, tokens, part_of)
 
     def _embed_chunk(self, texts: list[str]) -> tuple[np.ndarray, list[TokenVectors]]:
         if self.embed_with_tokens is None:
@@ -189,39 +216,51 @@ class Ingestor:
             return vectors, []
 
     def _pack(self, records: list[Record], texts: list[str], owner: list[int],
-              tokens: list[TokenVectors]) -> list[bytes | None]:  # fmt: skip
-        """Each record's content tokens, packed (all its tokens when none is content)."""
+              tokens: list[TokenVectors], part_of: list[int]) -> list[bytes | None]:  # fmt: skip
+        """Each record's content tokens, packed (all its tokens when none is content); a passage
+        has its own, the message all of its passages'."""
         if not tokens:
             return [None] * len(records)
         content: dict[str, bool] = {}
         kept: list[list[np.ndarray]] = [[] for _ in records]
         every: list[list[np.ndarray]] = [[] for _ in records]
-        for text, i, tv in zip(texts, owner, tokens, strict=True):
+        for text, i, j, tv in zip(texts, owner, part_of, tokens, strict=True):
             words = [text[a:b] for a, b in tv.words]
             for word in set(words) - content.keys():
                 content[word] = bool(self.store.bm25.terms(word))
             keep = np.array([content[w] for w in words], dtype=bool)
-            kept[i].append(tv.vectors[keep])
-            every[i].append(tv.vectors)
+            for k in (i, j) if j >= 0 else (i,):
+                kept[k].append(tv.vectors[keep])
+                every[k].append(tv.vectors)
         chosen = [np.concatenate(k if any(len(m) for m in k) else e) if e else None
                   for k, e in zip(kept, every, strict=True)]  # fmt: skip
         packed = iter(pack_many([m for m in chosen if m is not None]))
         return [None if m is None else next(packed) for m in chosen]
 
-    def _message_records(
-        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str
+    def prepare(
+        self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
+        pending: PendingView | None = None,
     ) -> tuple[list[str], list[Record], int]:
+        """The records of new memories, with their ids, and the ids of repeats (stored, or with
+        ``pending`` still waiting to be: a retry of a call whose write is under way is a repeat).
+
+        Returns (the id of each memory, the records to store, how many were repeats).
+        """
         now = datetime.now(UTC)
         hashes = [content_hash(user_id, project_id, session_id, m) for m in memories]
         sources = [m.source_id for m in memories if m.source_id]
-        existing = self.store.existing(user_id, session_id, hashes, sources)
+        # Pending first: a write leaves the pending ones only once the store holds it.
+        existing = pending.existing(user_id, session_id, hashes, sources) if pending is not None else {}
+        existing = {**self.store.existing(user_id, session_id, hashes, sources), **existing}
         # A message with neither source id nor time cannot be told from another saying the same
         # ("Yes" to two questions): it is a repeat only as part of a retried call, that is when
         # such messages of the call, in order, are the session's last messages.
         loose = [i for i, m in enumerate(memories) if not m.source_id and m.occurred_at is None and m.kind == "message"]
         retried: dict[int, str] = {}
         if loose and all(hashes[i] in existing for i in loose):
-            tail = self.store.session_tail(user_id, session_id, len(loose))
+            waiting = pending.tail(user_id, session_id) if pending is not None else []
+            stored_tail = self.store.session_tail(user_id, session_id, max(0, len(loose) - len(waiting)))
+            tail = (stored_tail + waiting)[-len(loose):]
             if [h for h, _ in tail] == [hashes[i] for i in loose]:
                 retried = {i: rid for i, (_, rid) in zip(loose, tail, strict=True)}
         loose_set = set(loose)
@@ -334,6 +373,18 @@ class Ingestor:
         with self.store.writing(user_id):
             return self._ingest(user_id, memories, session_id, project_id, progress)
 
+    def store_prepared(
+        self, user_id: str, fresh: list[Record], session_id: str, progress: Progress | None = None
+    ) -> IngestResult:
+        """Derive facts and summaries of records ``prepare`` made, embed and store them all.
+
+        The caller holds the user's write lock (``MemoryStore.writing``).
+        """
+        ids = [r.id for r in fresh]
+        if not fresh:
+            return IngestResult(ids, [], 0)
+        return self._derive_and_store(user_id, ids, fresh, 0, session_id, progress)
+
     @contextmanager
     def _ledger_kept_true(self, user_id: str) -> Iterator[None]:
         """A write notes new facts in the ledger before it stores them; if it fails on the way
@@ -349,30 +400,37 @@ class Ingestor:
         self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,
         progress: Progress | None,
     ) -> IngestResult:  # fmt: skip
-        ids, fresh, duplicates = self._message_records(user_id, memories, session_id, project_id)
+        ids, fresh, duplicates = self.prepare(user_id, memories, session_id, project_id)
         if not fresh:
             return IngestResult(ids, [], duplicates)
+        return self._derive_and_store(user_id, ids, fresh, duplicates, session_id, progress)
+
+    def _derive_and_store(
+        self, user_id: str, ids: list[str], fresh: list[Record], duplicates: int, session_id: str,
+        progress: Progress | None,
+    ) -> IngestResult:  # fmt: skip
         facts = self._facts_of(fresh)
+        passages = [p for m in fresh if m.kind == "message" for p in passage_records(m)]
         warnings: list[str] = []
         episodes: list[Record] = []
         replaced: list[str] = []
         try:
-            episodes, replaced = self._episodes(user_id, session_id, fresh)
+            episodes, replaced = episodes_due(self.store, self.config, self.sentences, user_id, session_id, fresh)
         except Exception:
             log.exception("the session summary could not be made; the messages are stored")
             warnings.append("the session summary could not be refreshed (the messages are stored)")
-        vectors, tokens = self.embed_records(fresh + facts, progress)
-        n = len(fresh)
-        fact_vectors = vectors[n:]
+        vectors, tokens = self.embed_records(fresh + facts + passages, progress)
+        n, m = len(fresh), len(fresh) + len(facts)
+        fact_vectors = vectors[n:m]
         with self._ledger_kept_true(user_id):
             settled = self._settle_facts(user_id, facts, fact_vectors) if facts else ([], [], [])
             keep, supersede, reinforce = settled
-            records = fresh + [facts[i] for i in keep]
-            rows = [vectors[:n], fact_vectors[keep]]
-            packed = tokens[:n] + [tokens[n + i] for i in keep]
+            records = fresh + [facts[i] for i in keep] + passages
+            rows = [vectors[:n], fact_vectors[keep], vectors[m:]]
+            packed = tokens[:n] + [tokens[n + i] for i in keep] + tokens[m:]
             for episode in episodes:  # a summary's words are its messages': no tokens of its own
                 records.append(episode)
-                rows.append(self._episode_vector(episode, fresh, vectors[:n])[None, :])
+                rows.append(episode_vector(self.store, episode, fresh, vectors[:n])[None, :])
                 packed.append(None)
             if replaced:
                 self.store.retract(user_id, replaced, session_id)
@@ -439,41 +497,3 @@ class Ingestor:
             self.store.supersede_mentions(user_id, job.old_values, job.new_value, job.at, job.by,
                                           attributes.speakers_of(job.subject))
         self.store.reinforce(user_id, reinforce)
-
-    def _episode_vector(self, episode: Record, fresh: list[Record], fresh_vectors: np.ndarray) -> np.ndarray:
-        """An episode's vector: the mean of its messages' vectors (no model call for a long summary)."""
-        known = {r.id: v for r, v in zip(fresh, fresh_vectors, strict=True)}
-        older = [rid for rid in episode.derived_from if rid not in known]
-        if older:
-            known.update(self.store.log.vectors(episode.user_id, older))
-        stack = np.stack([known[rid] for rid in episode.derived_from if rid in known])
-        mean = stack.mean(axis=0)
-        return (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
-
-    def _episodes(self, user_id: str, session_id: str, fresh: list[Record]) -> tuple[list[Record], list[str]]:
-        """New summaries of the session once it has ``episode_every`` messages the last one lacks,
-        each of a stretch of at most ``episode_span`` messages (``UserLedger.to_summarise``).
-
-        Returns the episode records and the ids of the summaries they replace.
-        """
-        new = [r for r in fresh if r.kind == "message"]
-        if self.config.episode_every <= 0 or not session_id or not new:
-            return [], []
-        ledger = self.store.ledger(user_id)
-        stretches, replaced = ledger.to_summarise(
-            session_id, [m.id for m in new], self.config.episode_every, max(1, self.config.episode_span)
-        )
-        if not stretches:
-            return [], []
-        known = {m.id: m for m in new}
-        older = [rid for _, stretch in stretches for rid in stretch if rid not in known]
-        known.update(self.store.log.get(user_id, older) if older else {})
-        episodes = []
-        now = datetime.now(UTC)
-        for position, stretch in stretches:
-            messages = [known[rid] for rid in stretch if rid in known]
-            if messages:
-                turns = [SessionTurn(m.speaker, m.text, m.occurred_at) for m in messages]
-                summary = summarize_session(turns, position=position, sentences=self.sentences)
-                episodes.append(episode_record(messages, summary, now))
-        return episodes, replaced

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mnemoplan.ingest.episodes import episode_vector
 from mnemoplan.ingest.pipeline import Ingestor
 from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
@@ -47,7 +48,7 @@ def restore_records(ingestor: Ingestor, records: list[Record]) -> tuple[int, int
                 rows.append(by_id[rec.id])
                 packed.append(tokens_of[rec.id])
             else:  # a summary: the mean of its messages' vectors, as the ingestor makes it
-                rows.append(ingestor._episode_vector(rec, plain, vectors))
+                rows.append(episode_vector(ingestor.store, rec, plain, vectors))
                 packed.append(None)
         store.append(fresh, np.stack(rows).astype(np.float32), packed)
         store.drop_ledger(user)  # facts, summaries and supersessions are read from the log again

@@ -140,6 +140,6 @@ class RecallOptions(BaseModel):
     current_only: bool = Field(
         False, description="Leave out superseded facts and messages."
     )
-    kinds: list[Literal["message", "fact", "procedure", "episode"]] | None = Field(
+    kinds: list[Literal["message", "fact", "procedure", "episode", "passage"]] | None = Field(
         None, description="Kinds to rank (default message, fact, procedure)."
     )

@@ -12,6 +12,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 from mnemoplan.errors import InvalidInput, TooLarge
 
 Kind = Literal["message", "fact", "procedure", "episode"]
+# What the log holds: the kinds a caller stores, and passages of long messages (derived).
+StoredKind = Literal["message", "fact", "procedure", "episode", "passage"]
 METADATA_DEPTH = 32  # levels of nesting in a memory's metadata
 
 
@@ -32,7 +34,7 @@ def _shallow(value: dict[str, Any]) -> dict[str, Any]:
 # Free-form JSON kept with a memory: JSON values only, so a model that forbids NaN and the
 # infinities (allow_inf_nan=False) refuses them in it too, instead of storing them as null.
 Metadata = Annotated[dict[str, JsonValue], AfterValidator(_shallow)]
-KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode")
+KINDS: tuple[str, ...] = ("message", "fact", "procedure", "episode", "passage")
 
 RECORD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 # A question mark not followed by what continues a URL or a word ("?a=1"), or a full-width or
@@ -217,7 +219,7 @@ class Record(BaseModel):
     user_id: str
     project_id: str = ""
     session_id: str = ""
-    kind: Kind = "message"
+    kind: StoredKind = "message"
     speaker: str = ""
     text: str
     occurred_at: datetime

@@ -27,6 +27,8 @@ class RecordFilter:
         before: Only records before this time (see ``time_of``).
         kinds: Only these kinds (empty: every kind).
         session_id: Only this session's records (None: every session).
+        outside_session: Not this session's records (None: no session left out): a recall made
+            from a session whose turns the host holds already.
         in_session: Only records said in some session (a non-empty ``session_id``).
         ids: Only these records (None: any; empty: none).
         follows: Only the turns that follow one of these (their ``prev_id``; None: any).
@@ -44,6 +46,7 @@ class RecordFilter:
     before: datetime | None = None
     kinds: tuple[str, ...] = ()
     session_id: str | None = None
+    outside_session: str | None = None
     in_session: bool = False
     ids: tuple[str, ...] | None = None
     follows: tuple[str, ...] | None = None
@@ -73,6 +76,8 @@ class RecordFilter:
         if (self.session_id is not None and rec.session_id != self.session_id) or (
             self.in_session and not rec.session_id
         ):
+            return False
+        if self.outside_session is not None and rec.session_id == self.outside_session:
             return False
         if self.ids is not None and rec.id not in self.ids:
             return False

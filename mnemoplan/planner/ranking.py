@@ -72,10 +72,12 @@ def expand_context(
     live: dict[str, Candidate], records: Heads, config: RankingConfig, next_of: dict[str, str]
 ) -> None:
     """Each turn inherits part of the best score of its neighbours in the conversation; not a
-    turn long enough to stand alone (an assistant's long reply to the turn that matched)."""
+    turn long enough to stand alone (an assistant's long reply to the turn that matched), nor
+    from one: a long reply matches for what it says itself, and would otherwise lift the short
+    turns around it over itself (a long reply does not drown short turns, nor they it)."""
     if config.context_propagation <= 0:
         return
-    base = {rid: c.score for rid, c in live.items()}
+    base = {rid: c.score for rid, c in live.items() if not records[rid].alone}
     for rid, cand in live.items():
         if records[rid].alone:
             continue

@@ -126,6 +126,28 @@ def _with_validity(rec: Record) -> dict[str, Any]:
 
 
 SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
+def once_per_message(order: list[Candidate], records: Mapping[str, Record]) -> list[Candidate]:
+    """The candidates whose records are known, a message once: a long message and its passages
+    count as one, at the rank of the best of them, shown as its best passage when one matched
+    (the part of the message that matched, not all of it)."""
+    at: dict[str, int] = {}
+    out: list[Candidate] = []
+    for cand in order:
+        rec = records.get(cand.id)
+        if rec is None:
+            continue
+        passage = rec.kind == "passage" and bool(rec.derived_from)
+        key = rec.derived_from[0] if passage else rec.id
+        if key not in at:
+            at[key] = len(out)
+            out.append(cand)
+        elif passage and records[out[at[key]].id].kind != "passage":  # the message ranked first
+            first = out[at[key]]
+            out[at[key]] = Candidate(cand.id, first.score, {**cand.scores, **first.scores},
+                                     list(dict.fromkeys(first.provenance + cand.provenance)), first.details)  # fmt: skip
+    return out
+
+
 HISTORY_WORDS = 40  # of the conversation, at most, added to a follow-up
 
 
@@ -245,7 +267,7 @@ class RecallPipeline:
         if heads is None:
             missing = [c.id for c in order[:limit] if c.id not in rows]
             rows = {**rows, **(self.records.get(scope.user_id, missing) if missing else {})}
-            ranked, records = [c for c in order[:limit] if c.id in rows], rows
+            ranked, records = once_per_message(order, rows)[:limit], rows
         else:
             ranked, records = self._read_best(order, scope.user_id, limit)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
@@ -296,7 +318,7 @@ class RecallPipeline:
             batch = order[start : start + max(limit - len(ranked), 8)]
             start += len(batch)
             records.update(self.records.get(user_id, [c.id for c in batch]))
-            ranked.extend(c for c in batch if c.id in records)
+            ranked = once_per_message(order[:start], records)
         return ranked[:limit], records
 
     def judge(

@@ -7,7 +7,9 @@ from mnemoplan.model import PlanStep, QueryPlan
 # Episode summaries are not ranked beside the turns they summarise (on LoCoMo they crowd
 # them out and cost R@10: bench/README.md); they serve the session-level (hierarchical)
 # index instead.
-MEMORY_KINDS = ["message", "fact", "procedure"]
+# A passage of a long message is ranked beside the turns; recall shows a message once, as the
+# passage or the whole, whichever ranks first (``RecallPipeline.rank``).
+MEMORY_KINDS = ["message", "fact", "procedure", "passage"]
 
 # Recall matches tokens for users up to 15k memories (beyond that the scan takes too much of
 # its time); deep search matches every user's, reading one too large to hold in memory from the log.

@@ -14,7 +14,7 @@ QUERY_PARAMS = [
         name="min_similarity", type="number", default=0.15, minimum=-1, maximum=1,
         description="Cosine floor; weaker matches are dropped.",
     ),
-    kinds_param("message, fact, procedure, episode"),
+    kinds_param("message, fact, procedure, episode, passage"),
 ]
 
 

@@ -22,7 +22,7 @@ QUERY_PARAMS = [
         name="min_score", type="number", default=0.25, minimum=-1, maximum=1,
         description="Floor on the weighted match; weaker memories are dropped.",
     ),
-    kinds_param("message, fact, procedure"),
+    kinds_param("message, fact, procedure, passage"),
     ParamSpec(
         name="scan_log", type="boolean", default=False,
         description="For a user whose tokens are too many to hold in memory, read them all from the log "

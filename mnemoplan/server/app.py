@@ -182,6 +182,11 @@ UserId = Annotated[
     Field(description="Whose memory (default: yours)."),
 ]
 
+SessionFrom = Annotated[str | None, Field(description=(
+    "The session this call is made from (the session_id you remember its turns under): its memories, "
+    "already in your context, are left out of the results."))]  # fmt: skip
+IncludeSession = Annotated[bool, Field(description="Also return memories of session_id.")]
+
 
 def memory_tools() -> list[Tool]:
     """The five tools."""
@@ -254,6 +259,8 @@ def memory_tools() -> list[Tool]:
             Field(description="The last turns, so that a follow-up ('how much?') finds its topic."),
         ] = None,
         options: Annotated[RecallOptions | None, Field(description="Rarely needed tuning.")] = None,
+        session_id: SessionFrom = None,
+        include_session: IncludeSession = False,
     ) -> RecallResult:
         """Search long-term memory (fast). Call it at the start of a task and before answering anything that
         may depend on the past. Read `context`. Each item has a `confidence` (0-1); `no_match` true means
@@ -262,7 +269,8 @@ def memory_tools() -> list[Tool]:
             ctx,
             lambda s, user: s.recall(
                 query, user_id=user, limit=limit, project_id=project_id, time_range=time_range,
-                reference_time=reference_time, options=options, history=history,
+                reference_time=reference_time, options=options, history=history, session_id=session_id,
+                include_session=include_session,
             ),  # fmt: skip
             user_id, write=False,
         )
@@ -283,6 +291,8 @@ def memory_tools() -> list[Tool]:
         reference_time: Annotated[
             UtcDatetime | None, Field(description="'Now' for relative times in the query.")
         ] = None,
+        session_id: SessionFrom = None,
+        include_session: IncludeSession = False,
     ) -> DeepSearchResult:
         """Thorough search (seconds): when recall found little (low confidence, no_match) or the question
         needs several memories, counting or dates. Returns `context`, items and `no_match` like recall."""
@@ -290,7 +300,8 @@ def memory_tools() -> list[Tool]:
             ctx,
             lambda s, user: s.deep_search(
                 query, user_id=user, time_range=time_range, max_results=max_results, plan=plan,
-                project_id=project_id, reference_time=reference_time,
+                project_id=project_id, reference_time=reference_time, session_id=session_id,
+                include_session=include_session,
             ),  # fmt: skip
             user_id, write=False,
         )

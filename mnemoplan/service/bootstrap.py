@@ -41,8 +41,11 @@ from mnemoplan.planner.rerank.cross_encoder import CrossEncoderReranker
 from mnemoplan.planner.rerank.late_interaction import LateInteractionReranker
 from mnemoplan.planner.rerank.llm import LLMReranker
 from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.ingest.deferred import DeferredIngest
 from mnemoplan.ingest.pipeline import Ingestor
-from mnemoplan.service.service import Limits, MemoryService
+from mnemoplan.storage.inbox import Inbox
+from mnemoplan.service.limits import Limits
+from mnemoplan.service.service import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +161,17 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
             every=settings.llm_extraction_every,
         )  # fmt: skip
+    deferred = None
+    if settings.remember_in_background and not store.read_only:
+        listener = (lambda user, session, stored: extraction.note(  # type: ignore[union-attr]
+            user, session, [r.id for r in stored if r.kind == "message"])) if extraction is not None else None
+        deferred = DeferredIngest(store, ingestor, Inbox(settings.data_dir / "inbox"), stored=listener)
     # At start-up, not in the first query or message that names a date; but once the service is
     # built, not within the build: dateparser's warm-up (compiling its time-zone patterns) was most
     # of the build, and a first call need not wait for it.
     threading.Thread(target=warm_up_dates, name="mnemoplan-dates", daemon=True).start()
     return MemoryService(
+        deferred=deferred,
         store=store,
         embedder=embedder,
         registry=registry,

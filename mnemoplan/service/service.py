@@ -6,22 +6,22 @@ exercise the same code paths.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, TypeVar
 
-from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge, storage_failure
+from mnemoplan.errors import InvalidInput, MnemoError, NotFound, TooLarge
 from mnemoplan.inference.embedder import Embedder
 from mnemoplan.ingest.attributes import state_fact
 from mnemoplan.ingest.background import BackgroundExtraction
+from mnemoplan.ingest.deferred import DeferredIngest
 from mnemoplan.ingest.pipeline import Ingestor, NewMemory, Progress
 from mnemoplan.search.registry import IndexRegistry
+from mnemoplan.service.failures import storage_errors
+from mnemoplan.service.limits import Limits, json_chars
 from mnemoplan.service.search_log import SearchLog, search_summary
 from mnemoplan.storage.lock import can_write
 from mnemoplan.storage.store import MemoryStore
@@ -48,53 +48,10 @@ from mnemoplan.planner.deep import DeepSearch
 from mnemoplan.planner.recall import RecallPipeline
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-P = ParamSpec("P")
 SearchResult = TypeVar("SearchResult", RecallResult, DeepSearchResult)
 
 
-def storage_errors(doing: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
-    """A service method whose storage failures that the caller can act on (a full disk, a data
-    directory that cannot be written) raise their ``MnemoError`` (see ``errors.storage_failure``)
-    instead of the storage library's own exception, which reached callers as an internal error."""
-
-    def wrap(method: Callable[P, T]) -> Callable[P, T]:
-        @functools.wraps(method)
-        def call(*args: P.args, **kwargs: P.kwargs) -> T:
-            try:
-                return method(*args, **kwargs)
-            except Exception as exc:
-                failure = storage_failure(exc, doing)
-                if failure is None:
-                    raise
-                log.warning("%s failed: %s", doing, failure.message, exc_info=True)
-                raise failure from exc
-
-        return call
-
-    return wrap
-
-
 RECEIPT_IDS = 20  # ids a forget receipt lists; its counts cover the rest
-
-
-def _json_chars(value: Any) -> int:
-    """Characters of ``value`` as stored JSON (not counting escapes of non-ASCII text)."""
-    return len(json.dumps(value, default=str, ensure_ascii=False))
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Input limits the service enforces (from Settings)."""
-
-    max_text_chars: int = 32_000
-    max_metadata_chars: int = 16_000  # as JSON
-    max_query_chars: int = 4_000
-    max_messages_per_call: int = 1_000
-    max_forget_ids: int = 10_000
-    recall_default_limit: int = 10
-    recall_max_limit: int = 50
-    deep_max_results: int = 30
 
 
 class MemoryService:
@@ -111,6 +68,8 @@ class MemoryService:
         ingestor: The write path.
         search_log: Where searches are logged; None for none.
         extraction: Facts extracted by an LLM in the background; None without an LLM.
+        deferred: Stores remember's messages on a worker thread once accepted; None stores them
+            before remember answers.
     """
 
     def __init__(
@@ -126,8 +85,10 @@ class MemoryService:
         ingestor: Ingestor,
         search_log: SearchLog | None = None,
         extraction: BackgroundExtraction | None = None,
+        deferred: DeferredIngest | None = None,
     ) -> None:
         self.extraction = extraction
+        self.deferred = deferred
         self.store = store
         self.embedder = embedder
         self.registry = registry
@@ -187,12 +148,26 @@ class MemoryService:
     def _reader(self, user_id: str | None) -> str:
         """The user of a read, once every write of theirs that returned is visible."""
         user = self._user(user_id)
+        if self.deferred is not None:
+            self.deferred.wait(user)
         self.store.wait_for_writes(user)
         return user
+
+    def settle(self) -> None:
+        """Wait until every accepted message is stored and searchable (benchmarks, shutdown)."""
+        if self.deferred is not None:
+            self.deferred.wait()
+        self.store.wait_for_writes()
 
     def _query(self, query: str) -> str:
         return check_text(query, what="query", max_chars=self.limits.max_query_chars,
                           hint="Shorten it to what is asked, or raise MNEMOPLAN_MAX_QUERY_CHARS.")
+
+    @staticmethod
+    def _own_session(session_id: str | None, include: bool) -> str | None:
+        """The session a search leaves out: the caller's own, unless it asks for it."""
+        session = check_scope(session_id, what="session_id")
+        return session if session and not include else None
 
     @staticmethod
     def _window(time_range: TimeRange | None) -> tuple[datetime | None, datetime | None]:
@@ -256,8 +231,8 @@ class MemoryService:
             at = "" if content is not None else f"messages[{i}]."  # errors name the field the caller sent
             text = check_text(msg.content, what=f"{at}content", max_chars=self.limits.max_text_chars)
             extra = {**(metadata or {}), **(msg.metadata or {})}
-            if _json_chars(extra) > self.limits.max_metadata_chars:
-                own = msg.metadata is not None and _json_chars(msg.metadata) > self.limits.max_metadata_chars
+            if json_chars(extra) > self.limits.max_metadata_chars:
+                own = msg.metadata is not None and json_chars(msg.metadata) > self.limits.max_metadata_chars
                 raise TooLarge(
                     f"{at if own else ''}metadata is over {self.limits.max_metadata_chars} characters as JSON.",
                     hint="Keep metadata to small tags and ids; store text as content.",
@@ -272,6 +247,15 @@ class MemoryService:
                     metadata=extra,
                 )
             )
+        if self.deferred is not None and progress is None:  # a large import with progress is stored as it waits
+            ids, duplicates = self.deferred.accept(user, memories, session, project)
+            if flush and self.extraction is not None:  # extraction reads the stored records
+                self.deferred.wait(user)
+                self.extraction.note(user, session, [], flush=True)
+            return RememberResult(user_id=user, session_id=session, ids=ids, stored=len(ids) - duplicates,
+                                  duplicates=duplicates, derived=0, warnings=[])  # fmt: skip
+        if self.deferred is not None:
+            self.deferred.wait(user)  # in order after the user's accepted calls
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
         if self.extraction is not None:
             new = [r.id for r in result.stored if r.kind == "message"]
@@ -298,8 +282,13 @@ class MemoryService:
         reference_time: datetime | None = None,
         options: RecallOptions | None = None,
         history: list[str] | None = None,
+        session_id: str | None = None,
+        include_session: bool = False,
     ) -> RecallResult:
         """The fast path: deterministic multi-signal retrieval and a ready-to-paste context.
+
+        ``session_id``: the session the call is made from; its memories, which the caller holds
+        in its context already, are left out unless ``include_session``.
 
         Raises:
             InvalidInput: bad query, limit, scope or time range.
@@ -310,7 +299,8 @@ class MemoryService:
         if not 1 <= limit <= self.limits.recall_max_limit:
             raise InvalidInput(f"limit must be between 1 and {self.limits.recall_max_limit}, got {limit}.")
         after, before = self._window(time_range)
-        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before,
+                      outside_session=self._own_session(session_id, include_session))  # fmt: skip
         if history and (len(history) > 50 or any(not isinstance(h, str) for h in history)):
             raise InvalidInput("history takes at most 50 strings (the last turns of the conversation).")
         for i, turn in enumerate(history or []):
@@ -331,10 +321,13 @@ class MemoryService:
         plan: QueryPlan | None = None,
         project_id: str | None = None,
         reference_time: datetime | None = None,
+        session_id: str | None = None,
+        include_session: bool = False,
     ):
         """The thorough path: plan, execute, judge, re-plan, rerank.
 
-        ``max_results`` defaults to a caller plan's own, else 10.
+        ``max_results`` defaults to a caller plan's own, else 10. ``session_id`` and
+        ``include_session`` as for ``recall``.
 
         Raises:
             InvalidInput: bad arguments.
@@ -350,7 +343,8 @@ class MemoryService:
                 f"{what} must be between 1 and {self.limits.deep_max_results}, got {max_results}."
             )
         after, before = self._window(time_range)
-        scope = Scope(user, check_scope(project_id, what="project_id"), after, before)
+        scope = Scope(user, check_scope(project_id, what="project_id"), after, before,
+                      outside_session=self._own_session(session_id, include_session))  # fmt: skip
         now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
         return self._logged("deep", user, query, lambda: self.deep.run(
             query, scope, max_results=max_results, plan=plan, reference_time=now))  # fmt: skip
@@ -394,6 +388,8 @@ class MemoryService:
         started = time.perf_counter()
         self.store.check_writable()
         user = self._user(user_id)
+        if self.deferred is not None:  # what remember accepted is forgotten like what it stored
+            self.deferred.wait(user)
         if bool(ids) == bool(scope):
             raise InvalidInput(
                 "Send either ids or a scope (user, project or session), not both and not neither.",
@@ -417,6 +413,8 @@ class MemoryService:
             label = "ids"
         elif scope == "user":
             report = self.store.drop_user(user)
+            if self.deferred is not None:
+                self.deferred.drop(user)  # files of calls that failed to be stored hold their text
             label = "user"
         elif scope in ("project", "session"):
             value = check_scope(project_id if scope == "project" else session_id, what=f"{scope}_id", required=True)
@@ -475,6 +473,8 @@ class MemoryService:
         registered in ``on_close`` (serving other processes) goes first."""
         with ExitStack() as closing:
             closing.callback(self.store.close)
+            if self.deferred is not None:  # stores what waits, before the store closes
+                closing.callback(self.deferred.close)
             if self.search_log is not None:
                 closing.callback(self.search_log.close)
             if self.extraction is not None:

@@ -64,6 +64,8 @@ def sql(flt: Where) -> str:
         parts.append(f"session_id = {sql_str(flt.session_id)}")
     if flt.in_session:
         parts.append("session_id != ''")
+    if flt.outside_session is not None:
+        parts.append(f"session_id != {sql_str(flt.outside_session)}")
     if flt.current is not None:
         parts.append("superseded_by = ''" if flt.current else "superseded_by != ''")
     parts.extend(_window(flt))
@@ -119,6 +121,8 @@ def mask(
     if flt.session_id is not None or flt.in_session:
         column = _needed(sessions, "sessions")
         out &= column == flt.session_id if flt.session_id is not None else column != ""
+    if flt.outside_session is not None:
+        out &= _needed(sessions, "sessions") != flt.outside_session
     if flt.current is not None or flt.replaced_by is not None:
         column = _needed(superseded, "superseded")
         if flt.current is not None:

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mnemoplan.model import DocRecord, EntityMention, Kind, Record, as_utc
+from mnemoplan.model import DocRecord, EntityMention, Record, as_utc
+from mnemoplan.model.records import StoredKind
 from mnemoplan.model.records import (
     QUESTION_PATTERN,
     REQUESTING_ROLES,
@@ -53,7 +54,7 @@ _TIME_COLUMNS = (
 _MENTION = pa.struct([(name, pa.string()) for name in ("key", "name", "type", "role")])
 
 
-KIND_CODES = {kind: code for code, kind in enumerate(get_args(Kind))}  # small ints: isin on strings is slow
+KIND_CODES = {kind: code for code, kind in enumerate(get_args(StoredKind))}  # small ints: isin on strings is slow
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
 
