@@ -12,7 +12,6 @@ from mnemoplan.ingest.derive import episode_record
 from mnemoplan.model import Record
 
 if TYPE_CHECKING:
-    from mnemoplan.ingest.pipeline import IngestConfig
     from mnemoplan.storage.store import MemoryStore
 
 
@@ -28,20 +27,20 @@ def episode_vector(store: MemoryStore, episode: Record, fresh: list[Record], fre
 
 
 def episodes_due(
-store: MemoryStore, config: IngestConfig, sentences: SentenceCache | None, user_id: str, session_id: str,
+store: MemoryStore, every: int, span: int, sentences: SentenceCache | None, user_id: str, session_id: str,
 fresh: list[Record],
 ) -> tuple[list[Record], list[str]]:
-    """New summaries of the session once it has ``episode_every`` messages the last one lacks,
-    each of a stretch of at most ``episode_span`` messages (``UserLedger.to_summarise``).
+    """New summaries of the session once it has ``every`` messages the last one lacks,
+    each of a stretch of at most ``span`` messages (``UserLedger.to_summarise``).
 
     Returns the episode records and the ids of the summaries they replace.
     """
     new = [r for r in fresh if r.kind == "message"]
-    if config.episode_every <= 0 or not session_id or not new:
+    if every <= 0 or not session_id or not new:
         return [], []
     ledger = store.ledger(user_id)
     stretches, replaced = ledger.to_summarise(
-        session_id, [m.id for m in new], config.episode_every, max(1, config.episode_span)
+        session_id, [m.id for m in new], every, max(1, span)
     )
     if not stretches:
         return [], []

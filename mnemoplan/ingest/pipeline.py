@@ -415,7 +415,8 @@ class Ingestor:
         episodes: list[Record] = []
         replaced: list[str] = []
         try:
-            episodes, replaced = episodes_due(self.store, self.config, self.sentences, user_id, session_id, fresh)
+            episodes, replaced = episodes_due(self.store, self.config.episode_every, self.config.episode_span,
+                                             self.sentences, user_id, session_id, fresh)  # fmt: skip
         except Exception:
             log.exception("the session summary could not be made; the messages are stored")
             warnings.append("the session summary could not be refreshed (the messages are stored)")

@@ -182,10 +182,8 @@ UserId = Annotated[
     Field(description="Whose memory (default: yours)."),
 ]
 
-SessionFrom = Annotated[str | None, Field(description=(
-    "The session this call is made from (the session_id you remember its turns under): its memories, "
-    "already in your context, are left out of the results."))]  # fmt: skip
-IncludeSession = Annotated[bool, Field(description="Also return memories of session_id.")]
+SessionFrom = Annotated[str | None, Field(description="Your current session: its memories are left out.")]
+IncludeSession = Annotated[bool, Field(description="Keep them.")]
 
 
 def memory_tools() -> list[Tool]:

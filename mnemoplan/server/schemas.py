@@ -5,7 +5,8 @@ model, and the output models' field descriptions: about 42 KB for five tools. A 
 needs the arguments (with their descriptions) and the shape of the result, not each nested
 model's documentation. So:
 
-- titles go (they repeat the property name), and ``anyOf [X, null]`` becomes ``type: [X, null]``;
+- titles go (they repeat the property name), and ``anyOf [X, null]`` becomes ``type: [X, null]``,
+  or in input schemas just X for an argument that may be left out;
 - in input schemas, models are inlined; a model nested deeper than ``depth`` (a hand-edited plan's
   steps, say) is advertised as ``object`` — the server still validates it against the full model
   and says precisely what is wrong;
@@ -33,7 +34,28 @@ def compact_input_schema(
     (a plan, whose schema explain_plan gives on request), are ``object``."""
     defs = {name: {k: v for k, v in d.items() if k != "description"} for name, d in schema.get("$defs", {}).items()}
     defs.update({name: {"type": "object"} for name in brief if name in defs})
-    return _compact(schema, defs, depth, _DROP_INPUT)
+    return _omit_null(_compact(schema, defs, depth, _DROP_INPUT))
+
+
+def _omit_null(node: dict[str, Any]) -> dict[str, Any]:
+    """An input schema whose optional arguments do not also advertise ``null``: leaving one out
+    says the same (the server still accepts an explicit null)."""
+    props = node.get("properties")
+    if not isinstance(props, dict):
+        return {**node, "items": _omit_null(node["items"])} if isinstance(node.get("items"), dict) else node
+    required = set(node.get("required", []))
+    out = {}
+    for name, sub in props.items():
+        if name not in required:
+            kind = sub.get("type")
+            if isinstance(kind, list) and "null" in kind and len(kind) == 2:
+                sub = {**sub, "type": next(k for k in kind if k != "null")}
+            options = sub.get("anyOf")
+            if options and len(options) == 2 and {"type": "null"} in options:
+                [other] = [o for o in options if o != {"type": "null"}]
+                sub = {**{k: v for k, v in sub.items() if k != "anyOf"}, **other}
+        out[name] = _omit_null(sub)
+    return {**node, "properties": out}
 
 
 def compact_output_schema(schema: dict[str, Any], *, shown: tuple[str, ...] = ("MemoryItem",)) -> dict[str, Any]:
