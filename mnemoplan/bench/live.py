@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mnemoplan.bench.datasets import Dataset, Question, Turn
-from mnemoplan.bench.metrics import latency_summary, percentile
+from mnemoplan.bench.metrics import latency_summary, percentile, turns_of
 from mnemoplan.bench.progress import Progress
 from mnemoplan.model import MessageIn
 
@@ -73,16 +73,6 @@ def recent_turns(turns: list[Turn], i: int, n: int = RECENT_TURNS) -> list[str]:
         if turns[j].text.strip():
             out.insert(0, turns[j].text)
         j -= 1
-    return out
-
-
-def turns_of(items: list[Any]) -> list[str]:
-    """Ranked items as source turns (a derived item counts as the turns it came from)."""
-    out: list[str] = []
-    for item in items:
-        for dia in item.source_ids or ([item.source_id] if item.source_id else []):
-            if dia not in out:
-                out.append(dia)
     return out
 
 

@@ -6,7 +6,8 @@ Every question with evidence counts; a question with no ranking is a miss.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mnemoplan.bench.datasets import Question
 
@@ -77,3 +78,13 @@ def latency_summary(latencies: list[float]) -> dict[str, float]:
         "mean": round(sum(latencies) / len(latencies), 2) if latencies else 0.0,
         "n": len(latencies),
     }
+
+
+def turns_of(items: Sequence[Any]) -> list[str]:
+    """Map ranked items to source turns: a derived item counts as the turns it came from."""
+    out: list[str] = []
+    for item in items:
+        for dia in item.source_ids or ([item.source_id] if item.source_id else []):
+            if dia not in out:
+                out.append(dia)
+    return out

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mnemoplan.bench.abstain import run_abstain
 from mnemoplan.bench.arguments import MODES
 from mnemoplan.bench.datasets import Dataset, Question, load_directory, load_jsonl, load_locomo
-from mnemoplan.bench.metrics import latency_summary, summarise
+from mnemoplan.bench.metrics import latency_summary, summarise, turns_of
 from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.report import PLOTS_MISSING, plotting_available, update_readme, write_plots, write_report
@@ -67,16 +67,6 @@ def peak_rss_mb(service: MemoryService | None = None) -> float:
     except ImportError:
         return graph or 0.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + (graph or 0.0)
-
-
-def turns_of(items: list[MemoryItem]) -> list[str]:
-    """Map ranked items to source turns: a derived item counts as the turns it came from."""
-    out: list[str] = []
-    for item in items:
-        for dia in item.source_ids or ([item.source_id] if item.source_id else []):
-            if dia not in out:
-                out.append(dia)
-    return out
 
 
 def ingest(service: MemoryService, dataset: Dataset) -> dict[str, float]:
