@@ -28,7 +28,7 @@ from mnemoplan.bench.metrics import latency_summary, summarise, turns_of
 from mnemoplan.bench.overhead import measure as plan_overhead
 from mnemoplan.bench.progress import Progress
 from mnemoplan.bench.report import PLOTS_MISSING, plotting_available, update_readme, write_plots, write_report
-from mnemoplan.model import MemoryItem, MessageIn
+from mnemoplan.model import MessageIn
 from mnemoplan.runtime import configure
 
 if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
