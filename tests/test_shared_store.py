@@ -92,13 +92,15 @@ def test_two_stdio_servers_and_the_cli_share_one_store_and_survive_a_kill(tmp_pa
                 await wait_for(lambda: len(acknowledged) >= 8, "writes through the first server")
                 os.kill(pid_first, signal.SIGKILL)
 
-            # The second took the directory over; the CLI now relays to it.
+            # The second's next call finds the holder gone and takes the directory over (the 40
+            # writes may all have ended before the kill: then this call is the one that notices);
+            # the CLI now relays to it.
+            await ok(second, "remember", content="Written after the takeover", user_id="alice", session_id="b")
+            acknowledged.append("Written after the takeover")
             await wait_for(lambda: holder_pid_or_none(data) not in (None, pid_first), "a new holder")
             survivors = cli(data, "search", "Who keeps bees?", "--user", "alice", "--json")
             assert survivors.returncode == 0, survivors.stderr
             assert "Olav keeps bees in Bergen" in texts(json.loads(survivors.stdout))
-            await ok(second, "remember", content="Written after the takeover", user_id="alice", session_id="b")
-            acknowledged.append("Written after the takeover")
             stack.pop_all()  # the first one's client: its server is gone
             await second.__aexit__(None, None, None)
 
