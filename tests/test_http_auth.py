@@ -106,9 +106,45 @@ def test_no_token_or_an_unknown_one_is_refused_with_401(server: dict[str, Any]) 
         run(server["url"], None, lambda client: client.list_tools())
 
 
-def test_a_server_with_tokens_does_not_serve_the_web_view(server: dict[str, Any]) -> None:
-    """The view checks no token: on a server with tokens it would show every user's memory to anyone."""
-    assert httpx2.get(f"{server['base']}/view").status_code == 404
+def test_the_web_view_on_a_server_with_tokens_asks_for_one_and_keeps_to_its_user(server: dict[str, Any]) -> None:
+    """The view takes the MCP endpoint's tokens: sign in once (a same-site cookie) or send a bearer
+    header; a user's token shows that user only, a read-only one never forgets, a revoked one is
+    refused at the next page."""
+    base, tokens = server["base"], server["tokens"]
+    carol, carol_info = tokens.create(user_id="carol", note="web view")
+    reader, _ = tokens.create(user_id="carol", read_only=True)
+    admin = server["admin"]
+
+    async def as_carol(client: Any) -> str:
+        return (await ok(client, "remember", content="Carol sings in a choir"))["ids"][0]
+
+    rid = run(server["url"], carol, as_carol)
+    page = httpx2.get(f"{base}/view/sessions?user=carol")
+    assert page.status_code == 401 and 'action="/view/sign-in"' in page.text
+    own = {"origin": base}
+    with httpx2.Client(base_url=base) as browser:
+        assert browser.post("/view/sign-in", data={"token": "mnp_" + "x" * 43}, headers=own).status_code == 401
+        assert browser.post("/view/sign-in", data={"token": carol}, headers={"origin": "http://evil.example"}
+                            ).status_code == 403  # fmt: skip
+        signed = browser.post("/view/sign-in", data={"token": carol}, headers=own)
+        assert signed.status_code == 303 and "httponly" in signed.headers["set-cookie"].lower()
+        assert "samesite=strict" in signed.headers["set-cookie"].lower()
+        users = browser.get("/view/")
+        assert users.status_code == 200 and "carol" in users.text and "alice" not in users.text
+        assert browser.get("/view/session?user=carol&id=default").status_code in (200, 404)
+        assert browser.get("/view/sessions?user=bob").status_code == 403
+        assert browser.get("/view/graph.json?user=bob").status_code == 403
+        assert browser.get("/view/search?user=carol&q=choir").status_code == 200
+        assert "Carol sings" in browser.get(f"/view/forget?user=carol&id={rid}").text
+        tokens.revoke(carol_info.id)
+        assert browser.get("/view/sessions?user=carol").status_code == 401
+    reading = {"Authorization": f"Bearer {reader}", **own}
+    assert httpx2.get(f"{base}/view/sessions?user=carol", headers=reading).status_code == 200
+    assert httpx2.post(f"{base}/view/forget?user=carol", data={"id": rid}, headers=reading).status_code == 403
+    as_admin = {"Authorization": f"Bearer {admin}", **own}
+    assert httpx2.get(f"{base}/view/sessions?user=bob", headers=as_admin).status_code == 200
+    done = httpx2.post(f"{base}/view/forget?user=carol", data={"id": rid}, headers=as_admin)
+    assert done.status_code == 200 and "Forgotten" in done.text
 
 
 def test_protected_resource_metadata_names_the_server(server: dict[str, Any]) -> None:

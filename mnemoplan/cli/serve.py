@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.transport == "http":
         options = http_options(settings)
         if options["tokens"] is not None:
+            where = where.replace("(loopback callers only)", "(sign in with a token)")
             where += " (bearer token required: `mnemoplan token create`)"
     try:  # a stop can come at any moment, the imports included
         from mnemoplan.server.app import create_app

@@ -403,8 +403,7 @@ def create_app(
     from mnemoplan.server.browsing import add_browsing, add_web_view
 
     add_browsing(mcp, lambda: running[-1] if running else None)
-    if tokens is None:  # the view has no token check of its own: a server with tokens does not serve it
-        add_web_view(mcp, lambda: running[-1] if running else None)
+    add_web_view(mcp, lambda: running[-1] if running else None, tokens)
 
     async def on_initialized(ctx: Any, _: Any) -> None:
         ctx.lifespan_context.go()

@@ -29,6 +29,7 @@ from mnemoplan.web.app import WebView
 if TYPE_CHECKING:  # the storage libraries load in the server's start-up thread, not at its import
     from mnemoplan.service.browse import MemoryBrowser, Page
     from mnemoplan.service.service import MemoryService
+    from mnemoplan.storage.tokens import TokenStore
 
 T = TypeVar("T")
 JSON = "application/json"
@@ -126,12 +127,13 @@ def add_browsing(mcp: MCPServer, holder: Holder) -> None:
         return MEMORY_PROMPT + who
 
 
-def add_web_view(mcp: MCPServer, holder: Holder) -> None:
-    """Serve the web view at /view beside the MCP endpoint, over the server's own service."""
+def add_web_view(mcp: MCPServer, holder: Holder, tokens: TokenStore | None = None) -> None:
+    """Serve the web view at /view beside the MCP endpoint, over the server's own service; with
+    ``tokens``, callers sign in with the same tokens as the MCP endpoint's."""
 
     async def call(fn: Callable[[MemoryService], T]) -> T:
         return await _run(holder, fn)
 
-    view = WebView(call, writes=True)
+    view = WebView(call, writes=True, tokens=tokens)
     for route in view.routes():
         mcp.custom_route(route.path, methods=sorted((route.methods or {"GET"}) - {"HEAD"}))(route.endpoint)

@@ -20,13 +20,14 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from mnemoplan.errors import InvalidInput, MnemoError, NotFound
+from mnemoplan.errors import Forbidden, InvalidInput, MnemoError, NotFound
 from mnemoplan.model import DeepSearchResult, RecallResult
-from mnemoplan.web.access import Access, caller_access, same_origin
+from mnemoplan.web.access import COOKIE, Access, caller_access, same_origin
 
 if TYPE_CHECKING:  # the storage libraries load in the server's start-up thread, not at its import
     from mnemoplan.service.browse import MemoryBrowser
     from mnemoplan.service.service import MemoryService
+    from mnemoplan.storage.tokens import TokenStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,6 +47,8 @@ def service_caller(service: MemoryService) -> Call:
 
 
 def _status(exc: MnemoError) -> int:
+    if isinstance(exc, Forbidden):
+        return 403
     return 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InvalidInput) else 503
 
 
@@ -56,10 +59,14 @@ def _offset(request: Request) -> int:
         raise InvalidInput("offset must be a whole number.") from None
 
 
-def _user(request: Request) -> str:
+def _user(request: Request, access: Access) -> str:
+    """The user a page is about; a user's token reaches that user only."""
     user = request.query_params.get("user", "").strip()
     if not user:
         raise InvalidInput("Choose a user first.")
+    if access.user is not None and user != access.user:
+        raise Forbidden(f"This token shows the memory of user {access.user!r} only.",
+                        hint="Sign in with that user's token, or an admin token.")  # fmt: skip
     return user
 
 
@@ -99,20 +106,24 @@ def search_view(result: RecallResult | DeepSearchResult) -> dict[str, Any]:
 
 
 class WebView:
-    """The view's pages over ``call``; ``writes``: whether forgetting is allowed at all."""
+    """The view's pages over ``call``; ``writes``: whether forgetting is allowed at all;
+    ``tokens``: the server's tokens, which callers then sign in with (None: loopback callers only)."""
 
-    def __init__(self, call: Call, *, writes: bool, prefix: str = "/view") -> None:
+    def __init__(self, call: Call, *, writes: bool, prefix: str = "/view", tokens: TokenStore | None = None) -> None:
         self.call = call
         self.writes = writes
         self.prefix = prefix
+        self.tokens = tokens
 
     def page(self, handler: Callable[[Request, Access], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """A route that checks the caller first and shows failures as a page."""
 
         @functools.wraps(handler)
         async def route(request: Request) -> Response:
-            access = caller_access(request, writes=self.writes)
+            access = caller_access(request, writes=self.writes, tokens=self.tokens)
             if access is None:
+                if self.tokens is not None and self.tokens.configured():
+                    return self._sign_in_page(request, status=401)
                 return HTMLResponse(self._html("error.html", access=None, title="Not allowed",
                                                message="The view answers callers on this machine only."),
                                     status_code=403)  # fmt: skip
@@ -143,37 +154,37 @@ class WebView:
     # -- pages ---------------------------------------------------------------------------
 
     async def users(self, request: Request, access: Access) -> Response:
-        users = await self.browse(lambda b: b.users())
+        users = [access.user] if access.user is not None else await self.browse(lambda b: b.users())
         return HTMLResponse(self._html("users.html", access=access, users=users, title="Choose a user"))
 
     async def sessions(self, request: Request, access: Access) -> Response:
-        user, offset = _user(request), _offset(request)
+        user, offset = _user(request, access), _offset(request)
         page = await self.browse(lambda b: b.sessions(user, offset=offset, limit=PAGE))
         return HTMLResponse(self._html("sessions.html", access=access, user=user, page=page, title=f"{user}: sessions"))
 
     async def session(self, request: Request, access: Access) -> Response:
-        user, offset = _user(request), _offset(request)
+        user, offset = _user(request, access), _offset(request)
         sid = request.query_params.get("id", "")
         page = await self.browse(lambda b: b.messages(user, sid, offset=offset, limit=100))
         return HTMLResponse(self._html("session.html", access=access, user=user, session_id=sid, page=page,
                                        title=f"{user}: session {sid}"))  # fmt: skip
 
     async def facts(self, request: Request, access: Access) -> Response:
-        user, offset = _user(request), _offset(request)
+        user, offset = _user(request, access), _offset(request)
         page = await self.browse(lambda b: b.facts(user, offset=offset, limit=PAGE))
         return HTMLResponse(self._html("facts.html", access=access, user=user, page=page, title=f"{user}: facts"))
 
     async def graph(self, request: Request, access: Access) -> Response:
-        user = _user(request)
+        user = _user(request, access)
         return HTMLResponse(self._html("graph.html", access=access, user=user, title=f"{user}: entity graph"))
 
     async def graph_data(self, request: Request, access: Access) -> Response:
-        user = _user(request)
+        user = _user(request, access)
         graph = await self.browse(lambda b: b.graph(user))
         return JSONResponse({"nodes": graph.nodes, "edges": graph.edges})
 
     async def search(self, request: Request, access: Access) -> Response:
-        user = _user(request)
+        user = _user(request, access)
         query = request.query_params.get("q", "").strip()
         mode = "deep" if request.query_params.get("mode") == "deep" else "recall"
         shown = None
@@ -189,7 +200,7 @@ class WebView:
                                        title=f"{user}: search"))  # fmt: skip
 
     async def forget(self, request: Request, access: Access) -> Response:
-        user = _user(request)
+        user = _user(request, access)
         if request.method == "GET":  # the confirmation
             rid = request.query_params.get("id", "")
             found = await self.call(lambda s: s.store.log.get(user, [rid]) if len(rid) == 32 else {})
@@ -208,6 +219,34 @@ class WebView:
         rid = str(form.get("id", ""))
         receipt = await self.call(lambda s: s.forget(ids=[rid], user_id=user))
         return HTMLResponse(self._html("forgotten.html", access=access, user=user, receipt=receipt, title="Forgotten"))
+
+    # -- signing in (servers with tokens) -----------------------------------------------
+
+    def _sign_in_page(self, request: Request, *, status: int = 200, message: str = "") -> Response:
+        page = self._html("sign_in.html", access=None, title="Sign in", message=message)
+        return HTMLResponse(page, status_code=status, headers={"www-authenticate": 'Bearer realm="mnemoplan"'})
+
+    async def sign_in(self, request: Request) -> Response:
+        """GET: the form; POST: check the token and keep it in an HttpOnly, same-site cookie."""
+        if self.tokens is None or not self.tokens.configured():
+            return RedirectResponse(f"{self.prefix}/", status_code=303)
+        if request.method == "GET":
+            return self._sign_in_page(request)
+        if not same_origin(request):
+            return self._sign_in_page(request, status=403, message="Sign in from the view's own page.")
+        form = await request.form()
+        token = str(form.get("token", "")).strip()
+        if self.tokens.verify(token) is None:
+            return self._sign_in_page(request, status=401, message="That token is unknown or was revoked.")
+        reply = RedirectResponse(f"{self.prefix}/", status_code=303)
+        reply.set_cookie(COOKIE, token, path=self.prefix, httponly=True, samesite="strict",
+                         secure=request.url.scheme == "https")  # fmt: skip
+        return reply
+
+    async def sign_out(self, request: Request) -> Response:
+        reply = RedirectResponse(f"{self.prefix}/sign-in" if self.tokens else f"{self.prefix}/", status_code=303)
+        reply.delete_cookie(COOKIE, path=self.prefix)
+        return reply
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -231,6 +270,8 @@ class WebView:
             Route(f"{p}/graph.json", self.page(self.graph_data), methods=["GET"]),
             Route(f"{p}/search", self.page(self.search), methods=["GET"]),
             Route(f"{p}/forget", self.page(self.forget), methods=["GET", "POST"]),
+            Route(f"{p}/sign-in", self.sign_in, methods=["GET", "POST"]),
+            Route(f"{p}/sign-out", self.sign_out, methods=["POST"]),
             Route(f"{p}/static/{{name}}", self.static, methods=["GET"]),
         ]
 
