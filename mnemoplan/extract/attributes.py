@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mnemoplan.extract.brands import brand_attribute
+
 __all__ = ["ATTRIBUTES", "AttributeStatement", "Attribute", "asked_attribute", "attribute_statements", "mentions",
            "value_terms"]
 
@@ -83,7 +85,7 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
     Attribute("running_shoes", r"running shoes?|runners|trainers|sneakers|shoes", "{s} runs in {v}"),
     Attribute("coffee_order", r"coffee|order|latte|espresso|cappuccino|flat white|americano|cortado|macchiato",
               "{s}'s usual coffee order is {v}"),
-    Attribute("commute", r"commute|commuting|get to work|ride to work|to the office", "{s} commutes by {v}",
+    Attribute("commute", r"commute|commuting|get to work|ride to work|to work|to the office|into work", "{s} commutes by {v}",
               closed=r"bike|bicycle|cycling|cycle|train|bus|tram|metro|subway|underground|tube|car|driving|drive|"
                      r"walk|walking|scooter|e-scooter|ferry|carpool|motorbike|motorcycle", asks="get to work"),
     Attribute("diet", r"diet|eat|eating|vegan|vegetarian|pescatarian|keto|meat", "{s}'s diet is {v}",
@@ -94,17 +96,24 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
               closed=r"blonde?|brunette|brown|black|red|ginger|auburn|grey|gray|silver|white|pink|blue|purple|"
                      r"green|orange|platinum|copper|lilac|teal", asks="colou?r"),
     Attribute("age", r"years old|turned|turning|birthday|age|aged", "{s} is {v} years old", asks="how old"),
-    Attribute("languages", r"speak|speaks|language|fluent|native|learning", "{s} speaks {v}", multi=True),
+    Attribute("languages", r"speak|speaks|language|fluent|native|learning|classes|lessons?|tutor|course|duolingo",
+              "{s} speaks {v}", multi=True,
+              closed=r"english|spanish|french|german|italian|portuguese|dutch|swedish|norwegian|danish|finnish|"
+                     r"icelandic|polish|russian|ukrainian|czech|slovak|hungarian|romanian|bulgarian|croatian|serbian|"
+                     r"greek|turkish|arabic|hebrew|persian|farsi|hindi|urdu|bengali|punjabi|tamil|telugu|japanese|"
+                     r"korean|mandarin|chinese|cantonese|vietnamese|thai|indonesian|malay|tagalog|swahili|catalan|"
+                     r"basque|welsh|irish|gaelic|latin|esperanto|sign language|asl|bsl"),
     Attribute("hobbies", r"hobby|hobbies|took up|taken up|into|passion|pastime|free time", "{s}'s hobby is {v}",
               multi=True),
     Attribute("favourite_band", r"band|music|listen\w*|concert|album", "{s}'s favourite band is {v}"),
     Attribute("favourite_book", r"book|novel|read|reading", "{s}'s favourite book is {v}"),
     Attribute("favourite_food", r"food|dish|meal|eat|cuisine", "{s}'s favourite food is {v}"),
-    Attribute("favourite_team", r"team|club|fan|support|supporter|root for|follow", "{s} supports {v}",
+    Attribute("favourite_team", r"team|club|fan|support|supports|supported|supporting|supporter|root for|follow", "{s} supports {v}",
               asks="support|root"),
 )}
 
 _FAVOURITE = r"(?:favou?rite|fave|fav|number one|no\.? ?1)"
+FAVOURITE_OF_SOME_KIND = "favourite?"  # "my favourite is now X": the kind of the favourite said last (``ingest``)
 # A clause about a favourite names its kind by the noun after (or before) the word.
 _FAV_KIND = {"band": "favourite_band", "bands": "favourite_band", "group": "favourite_band",
              "artist": "favourite_band", "book": "favourite_book", "books": "favourite_book",
@@ -135,10 +144,12 @@ _ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold
                      r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
                      r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
                      r"said goodbye|without a|no more|car-free|don't have (?:a|an|any)|do not have|got rid of|"
-                     r"dropped|shut off|shut down|not a \w+ anymore)\b", re.I)
-_ADD = re.compile(r"\b(?:also|too|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
+                     r"dropped|shut off|shut down|not a \w+ anymore|is gone|are gone|is on hold|on hold|"
+                     r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
+_ADD = re.compile(r"\b(?:also|too(?=\s*(?:[,.!?;]|lol|haha|$))|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
                   r"extra|as a side|beside|besides|and my work)\b", re.I)
 _NOT_X = re.compile(r"\bnot\s+(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
+_INSTEAD = re.compile(r"\binstead of\s+(?:the\s+|my\s+)?", re.I)
 _FROM_TO = re.compile(r"\bfrom\s+(?P<old>[^,.!?;]+?)\s+to\s+(?P<new>[^,.!?;]+)", re.I)
 # What may stand between a cue and its value: "work at", "moved to the", "my dog, Moose", "drive a 2012"
 _GAP = re.compile(r"[\s,:\-–]*(?:(?:at|in|to|for|with|from|on|is|are|was|named|called|now|the|a|an|my|our|new|old|"
@@ -150,7 +161,20 @@ _AT_FRAME = re.compile(r"(?:\b(?:i'm|i am|im|now|we're)\s+(?:now\s+)?(?:at|with|
                        r"upgraded to|changed to|started at|transferred to|went with|signed up (?:with|for|at)|"
                        r"went over to|now with))\s+(?:the\s+)?$", re.I)
 _IN_FRAME = re.compile(r"\b(?:i'm|i am|im|we're|we are|now)\s+(?:now\s+)?(?:in|based in|living in)\s+$", re.I)
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+|\s+[—–]\s+|\s+-\s+")
+# "my new iPhone 13", "our old Rogers": what stands right after "my" is the speaker's own
+_OWNED = re.compile(r"\b(?:my|our)\s+(?:(?:new|old|current|little|trusty|brand new|first)\s+)*$", re.I)
+# Nouns that name a lower-case value in "my N is V" / "V is my N" (the value is no name)
+_COPULA_NOUNS = {"hobby": "hobbies", "pastime": "hobbies", "passion": "hobbies", "usual": "coffee_order",
+                 "go-to": "coffee_order", "order": "coffee_order", "drink": "coffee_order"}
+_COPULA = re.compile(r"\bmy\s+(?:(?:main|usual|new|current|coffee|big|favou?rite|only|real)\s+)?(?P<noun>hobby|pastime|passion|"
+                     r"usual|go-to|order|drink)\s+(?:now\s+)?(?:is|=|:)\s+(?:now\s+)?(?:an?\s+|the\s+)?(?P<v>[^,.!?;:()]+)|"
+                     r"(?:^|[,;]\s*)(?P<v2>[a-z][\w\s-]{1,30}?)\s+(?:is|has become)\s+(?:now\s+)?my\s+(?:(?:main|new|only|"
+                     r"big|real)\s+)?(?P<noun2>hobby|pastime|passion|go-to|drink)\b", re.I)
+# Chat drops the "I": "finally sold the Civic and bought a Mazda", "switched to Chennai Super Kings"
+_IMPLIED_I = re.compile(r"(?:(?:ok|okay|so|well|and|also|finally|just|recently|officially|big news:?|update:?)[\s,!]+)*"
+                        r"(?:got|bought|sold|left|quit|joined|switched|moved|started|began|took up|swapped|traded|"
+                        r"changed|upgraded|replaced|finished|adopted|signed up|ditched|dropped|gave up)\b", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 
 @dataclass(frozen=True)
@@ -213,7 +237,7 @@ def _by_value(value: str) -> str:
         return "gym"
     if re.search(r"\bbank\b", value, re.I):
         return "bank"
-    return ""
+    return brand_attribute(value)  # "Mazda CX-5", "Monzo", "Fairphone 5"
 
 
 def _closed_values(sentence: str) -> list[tuple[int, str, str]]:
@@ -235,7 +259,7 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                          rf"is now|now is|now:)?\s*(?:now\s+)?(?:is\s+)?(?::\s*)?", s, re.I):
         kind = _FAV_KIND.get((m.group("kind") or "").lower())
         if kind is None:
-            kind = next((v for k, v in _FAV_KIND.items() if re.search(rf"\b{k}\b", s, re.I)), None)
+            kind = next((v for k, v in _FAV_KIND.items() if re.search(rf"\b{k}\b", s, re.I)), FAVOURITE_OF_SOME_KIND)
         value = ""
         if m.group("kind") and m.group("kind").lower() not in _FAV_KIND:
             value = _phrase_after(s, m.start("kind"))
@@ -247,7 +271,7 @@ def _frames(sentence: str) -> list[AttributeStatement]:
         if before:
             value = _clean(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
             if value.lower() in ("it", "that", "this", "they", "it's", "that's") or not value:
-                earlier = _names(s[: before.start("v")])  # "just finished Piranesi and it's my new favourite"
+                earlier = _names(s[: before.end("v")])  # "just finished Piranesi and it's my new favourite"
                 value = earlier[-1][1] if earlier else ""
             value = re.sub(r"^(?:i think|i guess|for the past \w+ or so|ok|okay)\s+", "", value, flags=re.I)
         if kind and value and value.lower() not in _NOT_VALUES:
@@ -274,8 +298,18 @@ def _frames(sentence: str) -> list[AttributeStatement]:
             team = _names(s[m.end():])
             if team:
                 out.append(AttributeStatement("favourite_team", team[0][1]))
+    # "my usual is an oat flat white", "my hobby is rock climbing", "boxing is my hobby": a phrase
+    # named by a noun of a lower-case attribute
+    for m in _COPULA.finditer(s):
+        noun = (m.group("noun") or m.group("noun2")).lower()
+        value = _phrase_after(s, m.start("v")) if m.group("v") else _clean(m.group("v2") or "")
+        kind = _COPULA_NOUNS.get(noun.split()[-1])
+        if kind == "coffee_order" and not re.search(rf"\b(?:{ATTRIBUTES['coffee_order'].cues}|tea|chai|mocha)\b", value, re.I):
+            kind = None  # "my usual is the 7:40 train"
+        if kind and value and value.lower() not in _NOT_VALUES and len(value.split()) <= 4:
+            out.append(AttributeStatement(kind, value))
     # "I'm 34", "I turned 40", "34 years old"
-    for m in re.finditer(r"(?<!like )\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
+    for m in re.finditer(r"(?<!like )\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?:(?:\w+ly|now|just)\s+)?(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
                          r"minutes|hours|€|\$|euros))|\b(?P<w>\d{1,3}) (?:years old|yo)\b", s, re.I):
         out.append(AttributeStatement("age", m.group("v") or m.group("w")))
     for m in EMAIL_RE.finditer(s):
@@ -351,6 +385,18 @@ def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_a
     return at < 0 or at < doubt_at or bool(re.search(r"[,;]", sentence[doubt_at:at]))
 
 
+def _ended_object(sentence: str, st: AttributeStatement) -> bool:
+    """Whether a value is what an ending acts on ("sold the Civic", "left Utrecht", "no more
+    trains", "gave up climbing"): the old value, which the ending closes, not a new one."""
+    if not st.value or st.replaces:
+        return False
+    at = sentence.lower().find(st.value.lower())
+    if at <= 0:
+        return False
+    return bool(re.search(rf"(?:{_ENDING.pattern}|\binstead of)\s+(?:(?:the|my|our|a|an|his|her|with|from|of|on|to|up|oat)\s+){{0,2}}$",
+                          sentence[max(0, at - 60):at], re.I))
+
+
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
     hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
     visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
@@ -369,7 +415,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     names = _names(sentence)
     closed = _closed_values(sentence)
     taken = {st.value.lower() for st in out}
-    first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I))
+    first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I)) or bool(_IMPLIED_I.match(sentence))
     if first and not visit:
         for c_start, c_end, attr in cues:
             if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email"):
@@ -392,10 +438,13 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             attr = _by_value(value) or attr
             out.append(AttributeStatement(attr, value, adds=adds))
         for pos, value in names:
-            if value.lower() in taken or _other_subject(sentence, pos):
+            owned = _OWNED.search(sentence[max(0, pos - 30):pos])
+            if value.lower() in taken or (_other_subject(sentence, pos) and not owned):
                 continue
             attr = _by_value(value)
             lead = sentence[max(0, pos - 40):pos]
+            if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
+                attr = "doctor"  # "Dr. Moreau did my cleaning"
             if not attr and _IN_FRAME.search(lead):
                 attr = "home_city"
             if not attr and _AT_FRAME.search(lead):
@@ -418,13 +467,20 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         about = {c[2] for c in cues if abs(c[0] - _ENDING.search(sentence).start()) < 60}
         for attr in about or {""}:
             out.append(AttributeStatement(attr, "", ending=True))
-    out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)]
+    out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)
+           and not _ended_object(sentence, st)]
     for m in _NOT_X.finditer(sentence):
         old = _clean(m.group("old"))
         new = _corrected(sentence, m, previous)
         if old and new and old.lower() not in _NOT_VALUES and len(old.split()) <= 6:
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
             out.append(AttributeStatement(_by_value(new), new, replaces=old))
+    for m in _INSTEAD.finditer(sentence):  # "Arabic classes instead of Spanish": a change, the old one named
+        new = next((st for st in out if st.value and sentence.lower().find(st.value.lower()) < m.start()), None)
+        old = _phrase_after(sentence, m.end(), 4)
+        if new is not None and old and old.lower() not in _NOT_VALUES:
+            out = [st for st in out if st is new or st.value.lower() != old.lower()]
+            out[out.index(new)] = AttributeStatement(new.attribute, new.value, replaces=old)
     for m in _FROM_TO.finditer(sentence):
         old, new = _clean(m.group("old")), _phrase_after(sentence, m.start("new"), 5)
         if old and new and old.lower() not in _NOT_VALUES:

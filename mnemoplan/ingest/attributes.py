@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mnemoplan.extract.attributes import ATTRIBUTES, AttributeStatement, attribute_statements, mentions
+from mnemoplan.extract.attributes import (
+    ATTRIBUTES,
+    FAVOURITE_OF_SOME_KIND,
+    AttributeStatement,
+    attribute_statements,
+    mentions,
+)
 from mnemoplan.extract.names import entity_key
 from mnemoplan.errors import InvalidInput
 from mnemoplan.model import EntityMention, FactIn, Record
@@ -96,6 +102,7 @@ def records_of(message: Record) -> list[Record]:
     statements = attribute_statements(message.text)
     valued = {st.attribute for st in statements if st.value and st.attribute}
     endings, values, seen = [], [], set()
+    first_of: dict[str, Record] = {}
     for st in statements:
         if st.ending and not st.replaces:
             if st.attribute not in valued:  # "I left Farfetch, now at Booking.com": the new value says it
@@ -103,6 +110,11 @@ def records_of(message: Record) -> list[Record]:
         elif st.value and (st.attribute not in seen or st.adds or st.replaces or _multi(st.attribute)):
             seen.add(st.attribute)  # one value of an attribute per message, unless it adds
             values.append(_record(message, st))
+            first_of.setdefault(st.attribute, values[-1])
+        elif st.value and st.attribute in first_of:
+            # "I replaced the ThinkPad with a MacBook Air": two values of one attribute; which is
+            # new is known only against what the person holds (``decide``)
+            first_of[st.attribute].metadata.setdefault("_alternatives", []).append(st.value)
     for rec in endings:  # what the message itself states anew is not what it ends
         rec.metadata["_new"] = [r.metadata["value"] for r in values]
     return values + endings  # a new value first: "I left Rakuten, now at Mercari" replaces; the ending then finds nothing
@@ -206,13 +218,23 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         elif ATTRIBUTES.get(attribute) and ATTRIBUTES[attribute].multi and named:
             held = named  # "I quit climbing" ends climbing, not every hobby
         return Decision(store=True, supersede=[f.id for f in held], ended=[f.object for f in held])
-    if attribute == "?":  # "now I'm at Mercari": the attribute of the latest value said with "at"
-        latest = [f for f in _current(known) if f.predicate[len(PREDICATE):] in AT_ATTRIBUTES]
+    if attribute in ("?", FAVOURITE_OF_SOME_KIND):
+        # "now I'm at Mercari": the attribute of the latest value said with "at";
+        # "my favourite is now X": the kind of the latest favourite
+        kinds = AT_ATTRIBUTES if attribute == "?" else tuple(k for k in ATTRIBUTES if k.startswith("favourite_"))
+        latest = [f for f in _current(known) if f.predicate[len(PREDICATE):] in kinds]
         if not latest:
             return Decision(store=False)
         attribute = latest[-1].predicate[len(PREDICATE):]
         _set_attribute(fact, attribute, value)
     held = _current(known, attribute)
+    alternatives = [str(v) for v in meta.pop("_alternatives", [])]
+    if alternatives and any(_same(f.object, value) for f in held):
+        # of the values a message names, the one the person does not hold yet is the change
+        fresh = [v for v in alternatives if not any(_same(f.object, v) for f in held)]
+        if fresh:
+            value = fresh[0]
+            _set_attribute(fact, attribute, value)
     if any(_same(f.object, value) for f in held):
         return Decision(store=False)
     spec = ATTRIBUTES.get(attribute)
@@ -224,6 +246,8 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
 def _set_attribute(fact: Record, attribute: str, value: str) -> None:
     meta = fact.metadata
     meta["attribute"], meta["predicate"] = attribute, PREDICATE + attribute
+    if value or meta.get("ending"):
+        meta["value"] = meta["object"] = value
     subject = str(meta.get("subject", "")) or "The speaker"
     fact.text = fact_text(subject[:1].upper() + subject[1:], attribute, value)
 
