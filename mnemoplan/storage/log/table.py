@@ -34,6 +34,8 @@ from mnemoplan.storage.log.views import UserViews
 from mnemoplan.storage.log.writes import LogWriter
 
 
+DROPPED_FILE_READS = 3  # reads of a scan whose files a purge dropped under it
+
 class LanceLog:
     """The record log in one LanceDB database.
 
@@ -141,7 +143,15 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return []
-        data = table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq")
+        for attempt in range(DROPPED_FILE_READS):
+            try:
+                data = table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq")
+                break
+            except (RuntimeError, OSError) as exc:
+                # a purge dropped a file of the version this scan began on (``drop_unreferenced``
+                # beside a BM25 rebuild): the newest version no longer needs it, so read again
+                if attempt + 1 == DROPPED_FILE_READS or "Not found" not in str(exc):
+                    raise
         return [DocRecord(**{k: v if v is not None else "" for k, v in row.items()}, alone=bool(lone))
                 for row, lone in zip(data.to_pylist(), alone(data), strict=True)]  # fmt: skip
 
