@@ -20,22 +20,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mnemoplan.extract.attribute_kinds import (
+    ATTRIBUTES,
+    FAVOURITE_KINDS,
+    FAVOURITE_OF_SOME_KIND,
+    FAVOURITE_WORD,
+    Attribute,
+    asked_attribute,
+    mentions,
+    value_terms,
+)
 from mnemoplan.extract.brands import brand_attribute
 
-__all__ = ["ATTRIBUTES", "AttributeStatement", "Attribute", "asked_attribute", "attribute_statements", "mentions",
-           "value_terms"]
-
-
-@dataclass(frozen=True)
-class Attribute:
-    """One attribute of a person: its cues, whether it holds several values, how a fact says it."""
-
-    key: str
-    cues: str  # a regex of the head nouns and verbs that make a clause about it
-    template: str  # the fact's text: {s} the person, {v} the value
-    multi: bool = False  # hobbies, languages: values add up instead of replacing each other
-    closed: str = ""  # a regex of the values of a closed class (diets, colours), if it is one
-    asks: str = ""  # extra words of a question about it (beyond the cues)
+__all__ = ["ATTRIBUTES", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
+           "attribute_statements", "mentions", "value_terms"]
 
 
 _NAMEISH = r"(?:[A-ZÀÁÂÄÅÇÉÈÍÑÓÖØÚÜŠŽ][\w'’.\-+&@]*|[a-z]+[A-Z][\w\-]*)"
@@ -54,72 +52,6 @@ september october november december christmas easter today tomorrow yesterday an
 good great morning evening night hmm nooo hola ciao ok. olá hoi oi greetings congrats
 """.split())
 
-ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
-    Attribute("home_city", r"live|living|lived|moved|move|relocated|based|city|town|flat|apartment|house|"
-              r"neighbou?rs?|here in|settled", "{s} lives in {v}", asks="where|home"),
-    Attribute("neighbourhood", r"neighbou?rhood|district|area|borough|quarter|suburb", "{s} lives in the {v} neighbourhood"),
-    Attribute("employer", r"work|working|works|job|employer|company|firm|joined|hired|manager|boss|team lead|"
-              r"colleagues?|coworkers?|office|internship|started at|first (?:week|day|month) at|retired|laid off|fired",
-              "{s} works at {v}", asks="employer|company|work for"),
-    Attribute("job_title", r"job|role|title|position|promoted|profession|career|for a living|retired|retirement|"
-              r"laid off",
-              "{s} works as {v}", asks="do for (?:a living|work|a job)|role|title|job"),
-    Attribute("university", r"universit\w*|uni|college|school|study|studying|studies|degree|phd|master'?s|"
-              r"bachelor'?s|professor|lecturer|campus|semester|enrolled|transferred|graduated|student|thesis",
-              "{s} studies at {v}", asks="study|attend|school|uni"),
-    Attribute("partner", r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|dating|engaged|married|"
-              r"together|going out with|broke up|broken up|split up|divorced|single", "{s}'s partner is {v}", asks="relationship|partner"),
-    Attribute("pet", r"pet|dog|cat|kitten|puppy|hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle",
-              "{s}'s pet is {v}"),
-    Attribute("car", r"car|drive|driving|drove|car-free", "{s} drives {v}"),
-    Attribute("phone", r"phone|smartphone|mobile", "{s}'s phone is {v}"),
-    Attribute("laptop", r"laptop|notebook|macbook|computer", "{s}'s laptop is {v}"),
-    Attribute("email", r"e-?mail|address|inbox|mailbox", "{s}'s email is {v}"),
-    Attribute("bank", r"bank|banking|account|current account", "{s} banks with {v}"),
-    Attribute("gym", r"gym|fitness|membership|work ?out|trainer|lifting", "{s} goes to the gym {v}"),
-    Attribute("doctor", r"doctor|gp|dentist|physician|dermatologist|therapist|dr\.?", "{s}'s doctor is {v}"),
-    Attribute("internet_provider", r"internet|broadband|wi-?fi|fib(?:re|er)|provider|isp|router",
-              "{s}'s internet provider is {v}"),
-    Attribute("streaming_service", r"stream\w*|subscription|subscribed", "{s} streams on {v}",
-              asks="watch"),
-    Attribute("running_shoes", r"running shoes?|runners|trainers|sneakers|shoes", "{s} runs in {v}"),
-    Attribute("coffee_order", r"coffee|order|latte|espresso|cappuccino|flat white|americano|cortado|macchiato",
-              "{s}'s usual coffee order is {v}"),
-    Attribute("commute", r"commute|commuting|get to work|ride to work|to work|to the office|into work", "{s} commutes by {v}",
-              closed=r"bike|bicycle|cycling|cycle|train|bus|tram|metro|subway|underground|tube|car|driving|drive|"
-                     r"walk|walking|scooter|e-scooter|ferry|carpool|motorbike|motorcycle", asks="get to work"),
-    Attribute("diet", r"diet|eat|eating|vegan|vegetarian|pescatarian|keto|meat", "{s}'s diet is {v}",
-              closed=r"vegan|vegetarian|pescatarian|keto|paleo|carnivore|omnivore|flexitarian|gluten-free|"
-                     r"dairy-free|low-fodmap|halal|kosher|raw vegan|plant-based|whole30|mediterranean",
-              asks="eat"),
-    Attribute("hair_colour", r"hair|dyed|dye", "{s}'s hair is {v}",
-              closed=r"blonde?|brunette|brown|black|red|ginger|auburn|grey|gray|silver|white|pink|blue|purple|"
-                     r"green|orange|platinum|copper|lilac|teal", asks="colou?r"),
-    Attribute("age", r"years old|turned|turning|birthday|age|aged", "{s} is {v} years old", asks="how old"),
-    Attribute("languages", r"speak|speaks|language|fluent|native|learning|classes|lessons?|tutor|course|duolingo",
-              "{s} speaks {v}", multi=True,
-              closed=r"english|spanish|french|german|italian|portuguese|dutch|swedish|norwegian|danish|finnish|"
-                     r"icelandic|polish|russian|ukrainian|czech|slovak|hungarian|romanian|bulgarian|croatian|serbian|"
-                     r"greek|turkish|arabic|hebrew|persian|farsi|hindi|urdu|bengali|punjabi|tamil|telugu|japanese|"
-                     r"korean|mandarin|chinese|cantonese|vietnamese|thai|indonesian|malay|tagalog|swahili|catalan|"
-                     r"basque|welsh|irish|gaelic|latin|esperanto|sign language|asl|bsl"),
-    Attribute("hobbies", r"hobby|hobbies|took up|taken up|into|passion|pastime|free time", "{s}'s hobby is {v}",
-              multi=True),
-    Attribute("favourite_band", r"band|music|listen\w*|concert|album", "{s}'s favourite band is {v}"),
-    Attribute("favourite_book", r"book|novel|read|reading", "{s}'s favourite book is {v}"),
-    Attribute("favourite_food", r"food|dish|meal|eat|cuisine", "{s}'s favourite food is {v}"),
-    Attribute("favourite_team", r"team|club|fan|support|supports|supported|supporting|supporter|root for|follow", "{s} supports {v}",
-              asks="support|root"),
-)}
-
-_FAVOURITE = r"(?:favou?rite|fave|fav|number one|no\.? ?1)"
-FAVOURITE_OF_SOME_KIND = "favourite?"  # "my favourite is now X": the kind of the favourite said last (``ingest``)
-# A clause about a favourite names its kind by the noun after (or before) the word.
-_FAV_KIND = {"band": "favourite_band", "bands": "favourite_band", "group": "favourite_band",
-             "artist": "favourite_band", "book": "favourite_book", "books": "favourite_book",
-             "novel": "favourite_book", "food": "favourite_food", "foods": "favourite_food",
-             "dish": "favourite_food", "meal": "favourite_food", "team": "favourite_team",
-             "club": "favourite_team"}
 _RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
               r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
               r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
@@ -143,12 +75,14 @@ _ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold
                      r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
                      r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
                      r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
-                     r"said goodbye|without a|no more|car-free|don't have (?:a|an|any)|do not have|got rid of|"
+                     r"said goodbye|without a|no more|car-free|have no|got no|don't have (?:a|an|any)|do not have|got rid of|"
                      r"dropped|shut off|shut down|not a \w+ anymore|is gone|are gone|is on hold|on hold|"
                      r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
 _ADD = re.compile(r"\b(?:also|too(?=\s*(?:[,.!?;]|lol|haha|$))|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
                   r"extra|as a side|beside|besides|and my work)\b", re.I)
 _NOT_X = re.compile(r"\bnot\s+(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
+_ENDED_NAME = re.compile(r"\b(?:sold|quit|left|cancel+ed|closed|dropped|ditched|gave up|switched from|moved on from|"
+                         r"moved out of|replaced|instead of)\s+(?:(?:the|my|our|a|an|of)\s+){0,2}$", re.I)
 _INSTEAD = re.compile(r"\binstead of\s+(?:the\s+|my\s+)?", re.I)
 _FROM_TO = re.compile(r"\bfrom\s+(?P<old>[^,.!?;]+?)\s+to\s+(?P<new>[^,.!?;]+)", re.I)
 # What may stand between a cue and its value: "work at", "moved to the", "my dog, Moose", "drive a 2012"
@@ -174,6 +108,9 @@ _COPULA = re.compile(r"\bmy\s+(?:(?:main|usual|new|current|coffee|big|favou?rite
 _IMPLIED_I = re.compile(r"(?:(?:ok|okay|so|well|and|also|finally|just|recently|officially|big news:?|update:?)[\s,!]+)*"
                         r"(?:got|bought|sold|left|quit|joined|switched|moved|started|began|took up|swapped|traded|"
                         r"changed|upgraded|replaced|finished|adopted|signed up|ditched|dropped|gave up)\b", re.I)
+_QUESTION_WORD = re.compile(r"(?:what|how|which|is|are|should|can|could|do|does|did|where|who|why|when|will|would|"
+                            r"shall|may|might|has|have|any|anyone)\b", re.I)
+_ASKS = re.compile(r"[,;:]\s+(?:(?:and|so|but|or|ok)\s+)?" + _QUESTION_WORD.pattern, re.I)
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 
@@ -186,6 +123,7 @@ class AttributeStatement:
     ending: bool = False
     adds: bool = False  # a value beside the others ("I also speak Spanish")
     replaces: str = ""  # the old value the clause names as no longer true ("not Deloitte", "from X to")
+    closes: str = ""  # an old value a change names, held or not ("cancelled McFit and joined X", "X instead of Y")
 
 
 def _clean(value: str) -> str:
@@ -254,20 +192,20 @@ def _frames(sentence: str) -> list[AttributeStatement]:
     out: list[AttributeStatement] = []
     s = sentence
     # "my favourite band is X", "new favourite book: X", "my favourite is now X" (kind from the clause)
-    for m in re.finditer(rf"{_FAVOURITE}\s*(?P<kind>{'|'.join(_FAV_KIND)})?\b\s*(?:is|are|:|=|alert:|"
+    for m in re.finditer(rf"{FAVOURITE_WORD}\s*(?P<kind>{'|'.join(FAVOURITE_KINDS)})?\b\s*(?:is|are|:|=|alert:|"
                          rf"has (?:officially )?changed,? it's|"
                          rf"is now|now is|now:)?\s*(?:now\s+)?(?:is\s+)?(?::\s*)?", s, re.I):
-        kind = _FAV_KIND.get((m.group("kind") or "").lower())
+        kind = FAVOURITE_KINDS.get((m.group("kind") or "").lower())
         if kind is None:
-            kind = next((v for k, v in _FAV_KIND.items() if re.search(rf"\b{k}\b", s, re.I)), FAVOURITE_OF_SOME_KIND)
+            kind = next((v for k, v in FAVOURITE_KINDS.items() if re.search(rf"\b{k}\b", s, re.I)), FAVOURITE_OF_SOME_KIND)
         value = ""
-        if m.group("kind") and m.group("kind").lower() not in _FAV_KIND:
+        if m.group("kind") and m.group("kind").lower() not in FAVOURITE_KINDS:
             value = _phrase_after(s, m.start("kind"))
         elif m.end() < len(s) and re.match(r"\s*(?:is|are|:|=|alert)", s[m.start("kind") if m.group("kind") else
                                                                                m.end():] + " ", re.I) is None:
             value = _phrase_after(s, m.end())
         before = re.search(r"(?P<v>[^,.!?;:]+?)(?:\s+(?:is|are|has been|have been|has become|became|is now|are now)|"
-                           r"['’]s(?: been| now)?)\s+(?:my|our)\s+(?:\w+\s+)?(?:\w+\s+)?" + _FAVOURITE, s, re.I)
+                           r"['’]s(?: been| now)?)\s+(?:my|our)\s+(?:[\w-]+\s+)?(?:[\w-]+\s+)?" + FAVOURITE_WORD, s, re.I)
         if before:
             value = _clean(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
             if value.lower() in ("it", "that", "this", "they", "it's", "that's") or not value:
@@ -323,7 +261,13 @@ def attribute_statements(text: str) -> list[AttributeStatement]:
     previous = ""
     for sentence in _SENTENCE.split(text[:4000]):
         sentence = sentence.strip()
-        if not sentence or sentence.rstrip(" )\"'").endswith("?") and not re.search(r"[.!]", sentence):
+        if sentence.rstrip(" )\"'").endswith("?") and not re.search(r"[.!]", sentence):
+            # a question states nothing, but a clause before it may: "my Skoda needs new tyres, what size?"
+            asks = _ASKS.search(sentence)
+            sentence = sentence[: asks.start()] if asks else ""
+            if _QUESTION_WORD.match(sentence):
+                continue
+        if not sentence:
             continue
         out.extend(_read_sentence(sentence, previous))
         previous = sentence
@@ -464,7 +408,9 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             out.append(AttributeStatement(attr, value, adds=adds))
     ended = bool(_ENDING.search(sentence)) and first
     if ended and not _other_subject(sentence, _ENDING.search(sentence).start()):
-        about = {c[2] for c in cues if abs(c[0] - _ENDING.search(sentence).start()) < 60}
+        end = _ENDING.search(sentence)
+        # the attribute the ending is about: a cue near it ("sold the car", "phone got stolen")
+        about = {c[2] for c in cues if -40 < c[0] - end.start() < 30}
         for attr in about or {""}:
             out.append(AttributeStatement(attr, "", ending=True))
     out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)
@@ -480,57 +426,17 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         old = _phrase_after(sentence, m.end(), 4)
         if new is not None and old and old.lower() not in _NOT_VALUES:
             out = [st for st in out if st is new or st.value.lower() != old.lower()]
-            out[out.index(new)] = AttributeStatement(new.attribute, new.value, replaces=old)
+            out[out.index(new)] = AttributeStatement(new.attribute, new.value, adds=new.adds, closes=old)
+    gone = [name for pos, name in names if _ENDED_NAME.search(sentence[max(0, pos - 40):pos])]
+    if gone:  # "I cancelled McFit and joined John Reed Fitness": McFit closes, known as a value or not
+        out = [AttributeStatement(st.attribute, st.value, adds=st.adds, replaces=st.replaces, closes=gone[0])
+               if st.value and not st.ending and not st.replaces and not st.closes and st.value not in gone else st
+               for st in out]
+        if any(st.closes for st in out):  # the ending was about the named value, not a cue near it
+            out = [st for st in out if not (st.ending and not st.value)]
     for m in _FROM_TO.finditer(sentence):
         old, new = _clean(m.group("old")), _phrase_after(sentence, m.start("new"), 5)
         if old and new and old.lower() not in _NOT_VALUES:
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
             out.append(AttributeStatement(_by_value(new), new, replaces=old))
     return out
-
-
-def value_terms(value: str) -> list[str]:
-    """The words of a value that name it in other text: "Samsung Galaxy S21" is named by "Galaxy S21"
-    or "Samsung"; "University of Melbourne" by "Melbourne", not "University"."""
-    generic = {"university", "universidad", "università", "universidade", "college", "school", "fitness", "gym",
-               "the", "of", "de", "di", "da", "do", "bank", "club", "fc", "city", "team", "band", "new", "old",
-               "dr", "dr.", "and", "in", "time", "my", "a", "an", "la", "le", "du", "van", "von", "del", "y"}
-    words = [w for w in re.findall(r"[\w'’.@+-]+", value) if w.lower().strip(".") not in generic]
-    return [w.strip(".") for w in words if len(w.strip(".")) >= 3 or any(ch.isdigit() for ch in w)]
-
-
-def mentions(text: str, value: str, *, loose: bool = True, unlike: str = "") -> bool:
-    """Whether ``text`` names ``value`` (whole words, any case; ``loose``: or a distinctive word of
-    it, one that ``unlike``, another value, does not share: "project manager" is not named by
-    "manager" when told from "program manager")."""
-    if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.I):
-        return True
-    if not loose:
-        return False
-    shared = {w.lower() for w in value_terms(unlike)}
-    terms = [w for w in value_terms(value) if w.lower() not in shared]
-    return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?!\w)", text, re.I) for w in terms)
-
-
-_HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|(?:my|the) old|originally|back then|earlier|"
-                      r"in the past|when did|ex|prior|switch(?:ed)? from|left)\b", re.I)
-
-
-def asked_attribute(query: str) -> tuple[str, bool]:
-    """The attribute of the asker a question asks about, and whether it asks about the past
-    ("Where did I live before?", "When did I move?"); ("", False) for any other question."""
-    if not re.search(r"\b(?:i|i'm|my|me|am i|do i|did i)\b", query, re.I):
-        return "", False
-    q = query.lower()
-    fav = re.search(rf"{_FAVOURITE}\s+(\w+)", q)
-    best, where = "", 10_000
-    if fav and fav.group(1) in _FAV_KIND:
-        best = _FAV_KIND[fav.group(1)]
-    else:
-        for attr in ATTRIBUTES.values():
-            pattern = attr.cues + (f"|{attr.asks}" if attr.asks else "")
-            m = re.search(rf"\b(?:{pattern})\b", q)
-            if m and m.start() < where and not (attr.key == "home_city" and "where" == m.group() and
-                                                  re.search(r"\b(?:work|study|gym|work out|school)\b", q)):
-                best, where = attr.key, m.start()
-    return best, bool(best and _HISTORY.search(q))

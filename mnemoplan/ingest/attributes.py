@@ -126,8 +126,11 @@ def _multi(attribute: str) -> bool:
 
 
 def _record(message: Record, st: AttributeStatement) -> Record:
-    return attribute_record(message, message.speaker, st.attribute, st.value, ending=st.ending, adds=st.adds,
-                            replaces=st.replaces, sentence=message.text)
+    rec = attribute_record(message, message.speaker, st.attribute, st.value, ending=st.ending, adds=st.adds,
+                           replaces=st.replaces, sentence=message.text)
+    if st.closes:
+        rec.metadata["_closes"] = st.closes
+    return rec
 
 
 def stated_record(
@@ -235,12 +238,17 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         if fresh:
             value = fresh[0]
             _set_attribute(fact, attribute, value)
+    closes = str(meta.pop("_closes", ""))
+    closes = "" if _same(closes, value) else closes  # an old value the message names, held or not
     if any(_same(f.object, value) for f in held):
         return Decision(store=False)
     spec = ATTRIBUTES.get(attribute)
     if (spec is not None and spec.multi) or meta.get("adds"):
-        return Decision(store=True)
-    return Decision(store=True, supersede=[f.id for f in held], ended=[f.object for f in held])
+        named = [f for f in held if closes and _same(f.object, closes)]  # "Arabic instead of Spanish"
+        return Decision(store=True, supersede=[f.id for f in named], ended=[f.object for f in named] or
+                        ([closes] if closes else []))  # fmt: skip
+    ended = [f.object for f in held] + ([closes] if closes and not any(_same(f.object, closes) for f in held) else [])
+    return Decision(store=True, supersede=[f.id for f in held], ended=ended)
 
 
 def _set_attribute(fact: Record, attribute: str, value: str) -> None:
