@@ -38,7 +38,7 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
     Attribute("job_title", r"job|role|title|position|promoted|profession|career|for a living|retired|retirement|"
               r"laid off",
               "{s} works as {v}", asks="do for (?:a living|work|a job)|role|title|job"),
-    Attribute("university", r"universit\w*|uni|college|school|study|studying|studies|degree|phd|master'?s|"
+    Attribute("university", r"universi[td]\w*|uni|college|school|study|studying|studies|degree|phd|master'?s|"
               r"bachelor'?s|professor|lecturer|campus|semester|enrolled|transferred|graduated|student|thesis",
               "{s} studies at {v}", asks="study|attend|school|uni"),
     Attribute("partner", r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|dating|engaged|married|"
@@ -57,18 +57,22 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
     Attribute("streaming_service", r"stream\w*|subscription|subscribed", "{s} streams on {v}",
               asks="watch"),
     Attribute("running_shoes", r"running shoes?|runners|trainers|sneakers|shoes", "{s} runs in {v}"),
-    Attribute("coffee_order", r"coffee|order|latte|espresso|cappuccino|flat white|americano|cortado|macchiato",
-              "{s}'s usual coffee order is {v}"),
-    Attribute("commute", r"commute|commuting|get to work|ride to work|to work|to the office|into work", "{s} commutes by {v}",
+    Attribute("coffee_order", r"coffee|order|latte|espresso|cappuccino|flat white|americano|cortado|macchiato|"
+              r"mocha|frappuccino|cold brew|long black|barista|café|cafe", "{s}'s usual coffee order is {v}",
+              closed=r"(?:(?:oat|soy|almond|double|triple|iced|caramel|vanilla|decaf|skinny|single|chai|matcha)\s+)*"
+                     r"(?:flat white|cortado|latte|espresso|cappuccino|americano|macchiato|mocha|frappuccino|"
+                     r"cold brew|long black|short black|filter coffee|piccolo|ristretto|lungo|affogato)"),
+    Attribute("commute", r"commute|commuting|get to work|ride to work|to work|to the office|into work", "{s}'s commute: {v} to work",
               closed=r"bike|bicycle|cycling|cycle|train|bus|tram|metro|subway|underground|tube|car|driving|drive|"
                      r"walk|walking|scooter|e-scooter|ferry|carpool|motorbike|motorcycle", asks="get to work"),
     Attribute("diet", r"diet|eat|eating|vegan|vegetarian|pescatarian|keto|meat", "{s}'s diet is {v}",
               closed=r"vegan|vegetarian|pescatarian|keto|paleo|carnivore|omnivore|flexitarian|gluten-free|"
                      r"dairy-free|low-fodmap|halal|kosher|raw vegan|plant-based|whole30|mediterranean",
               asks="eat"),
-    Attribute("hair_colour", r"hair|dyed|dye", "{s}'s hair is {v}",
-              closed=r"blonde?|brunette|brown|black|red|ginger|auburn|grey|gray|silver|white|pink|blue|purple|"
-                     r"green|orange|platinum|copper|lilac|teal", asks="colou?r"),
+    Attribute("hair_colour", r"hair|dyed|dye|hairdresser|stylist|roots|balayage|highlights", "{s}'s hair is {v}",
+              closed=r"(?:(?:dark|light|ash|strawberry|bright|deep|pastel|platinum)\s+)?(?:blonde?|brunette|brown|black|"
+                     r"red|ginger|auburn|grey|gray|silver|white|pink|blue|purple|green|orange|platinum|copper|lilac|"
+                     r"teal)", asks="colou?r"),
     Attribute("age", r"years old|turned|turning|birthday|age|aged", "{s} is {v} years old", asks="how old"),
     Attribute("languages", r"speak|speaks|language|fluent|native|learning|classes|lessons?|tutor|course|duolingo",
               "{s} speaks {v}", multi=True,
@@ -136,7 +140,7 @@ def asked_attribute(query: str) -> tuple[str, bool]:
     else:
         for attr in ATTRIBUTES.values():
             pattern = attr.cues + (f"|{attr.asks}" if attr.asks else "")
-            m = re.search(rf"\b(?:{pattern})\b", q)
+            m = re.search(rf"\b(?:{pattern})(?:s|es)?\b", q)  # "what cars do I have?"
             if m and m.start() < where and not (attr.key == "home_city" and "where" == m.group() and
                                                   re.search(r"\b(?:work|study|gym|work out|school)\b", q)):
                 best, where = attr.key, m.start()

@@ -70,7 +70,8 @@ _HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering
 _VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
                     r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
                     r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
-                    r"tried|tasting|sample\w*)\b", re.I)
+                    r"tried|tasting|sample\w*|had to|during the|for (?:a|one|two|three|four|five|a few|\d+) "
+                    r"(?:days?|nights?|weeks?))\b", re.I)
 _ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold|quit|quitting|retired|"
                      r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
                      r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
@@ -101,7 +102,7 @@ _OWNED = re.compile(r"\b(?:my|our)\s+(?:(?:new|old|current|little|trusty|brand n
 _COPULA_NOUNS = {"hobby": "hobbies", "pastime": "hobbies", "passion": "hobbies", "usual": "coffee_order",
                  "go-to": "coffee_order", "order": "coffee_order", "drink": "coffee_order"}
 _COPULA = re.compile(r"\bmy\s+(?:(?:main|usual|new|current|coffee|big|favou?rite|only|real)\s+)?(?P<noun>hobby|pastime|passion|"
-                     r"usual|go-to|order|drink)\s+(?:now\s+)?(?:is|=|:)\s+(?:now\s+)?(?:an?\s+|the\s+)?(?P<v>[^,.!?;:()]+)|"
+                     r"usual|go-to|order|drink)\s+(?:now\s*)?(?:is|=|:)\s+(?:now\s+)?(?:an?\s+|the\s+)?(?P<v>[^,.!?;:()]+)|"
                      r"(?:^|[,;]\s*)(?P<v2>[a-z][\w\s-]{1,30}?)\s+(?:is|has become)\s+(?:now\s+)?my\s+(?:(?:main|new|only|"
                      r"big|real)\s+)?(?P<noun2>hobby|pastime|passion|go-to|drink)\b", re.I)
 # Chat drops the "I": "finally sold the Civic and bought a Mazda", "switched to Chennai Super Kings"
@@ -111,6 +112,18 @@ _IMPLIED_I = re.compile(r"(?:(?:ok|okay|so|well|and|also|finally|just|recently|o
 _QUESTION_WORD = re.compile(r"(?:what|how|which|is|are|should|can|could|do|does|did|where|who|why|when|will|would|"
                             r"shall|may|might|has|have|any|anyone)\b", re.I)
 _ASKS = re.compile(r"[,;:]\s+(?:(?:and|so|but|or|ok)\s+)?" + _QUESTION_WORD.pattern, re.I)
+_TAKE_TO_WORK = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:take|ride|catch|get)\s+(?:the\s+|a\s+|an\s+)?"
+                           r"(?P<v>[\w+-]+(?:\s+[\w+-]+)?)\s+(?:to|into)\s+(?:work|the office)\b", re.I)
+# a favourite of a kind memory keeps no slot for ("favourite character", "favourite colour")
+_OTHER_FAVOURITE = re.compile(FAVOURITE_WORD + r"\s+(?!(?:is|are|was|now|has|had|ever|of|too|by|and|but|so|lol|haha|"
+                              r"though|tho|at|for|in|on|right|these|this|atm|again)\b)[a-z]+", re.I)
+# whose a partner or pet is: "my girlfriend", "our cat", "the new kitten", "we got a hamster"
+_OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?new\s+$|"
+                    r"\b(?:got|adopted|have|bought|rescued)\s+(?:a|an|the)\s+(?:\w+\s+)?$", re.I)
+PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
+_QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
+                     r"\bautocorrect\w*", re.I)
+_MODEL = re.compile(r"(?:\s+(?:[a-zA-Z]?\d{1,4}[a-zA-Z+]*|Pro|Max|Plus|Mini|Ultra|Air|SE))+\b")
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 
@@ -142,6 +155,9 @@ def _names(text: str) -> list[tuple[int, str]]:
         while words and words[-1].lower().strip(".,!") in _NOT_VALUES:
             words = words[:-1]
         value = _clean(" ".join(words))
+        if value and brand_attribute(value):  # a product's model number: "Pixel 7", "Hyundai i30"
+            model = _MODEL.match(text, m.end())
+            value += model.group() if model and value.endswith(words[-1].strip(".,!")) else ""
         if value and value.lower() not in _NOT_VALUES and len(value) > 1:
             out.append((m.start() + m.group().find(words[0]) if words else m.start(), value))
     return out
@@ -169,7 +185,8 @@ def _by_value(value: str) -> str:
     """An attribute a value's own words give away ("University of Edinburgh", an email address)."""
     if EMAIL_RE.fullmatch(value):
         return "email"
-    if re.search(r"\b(?:universit\w*|college|school|institute|polytechnic|academy|uni)\b", value, re.I):
+    if re.search(r"\b(?:universi[td]\w*|università|universität|college|school|institute|polytechnic|academy|uni)\b",
+                 value, re.I):
         return "university"
     if re.search(r"\b(?:fitness|gym|crossfit|boulders?|climbing)\b", value, re.I):
         return "gym"
@@ -182,8 +199,8 @@ def _closed_values(sentence: str) -> list[tuple[int, str, str]]:
     out = []
     for attr in ATTRIBUTES.values():
         if attr.closed:
-            for m in re.finditer(rf"\b(?:{attr.closed})\b", sentence, re.I):
-                out.append((m.start(), attr.key, m.group().lower()))
+            for m in re.finditer(rf"\b(?P<v>{attr.closed})(?:e?s)?\b", sentence, re.I):  # "no more trains"
+                out.append((m.start(), attr.key, m.group("v").lower()))
     return out
 
 
@@ -197,7 +214,9 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                          rf"is now|now is|now:)?\s*(?:now\s+)?(?:is\s+)?(?::\s*)?", s, re.I):
         kind = FAVOURITE_KINDS.get((m.group("kind") or "").lower())
         if kind is None:
-            kind = next((v for k, v in FAVOURITE_KINDS.items() if re.search(rf"\b{k}\b", s, re.I)), FAVOURITE_OF_SOME_KIND)
+            kind = next((v for k, v in FAVOURITE_KINDS.items() if re.search(rf"\b{k}\b", s, re.I)), None)
+        if kind is None and not _OTHER_FAVOURITE.match(s, m.start()):
+            kind = FAVOURITE_OF_SOME_KIND  # "my favourite is now X"; not "my favourite character"
         value = ""
         if m.group("kind") and m.group("kind").lower() not in FAVOURITE_KINDS:
             value = _phrase_after(s, m.start("kind"))
@@ -246,10 +265,15 @@ def _frames(sentence: str) -> list[AttributeStatement]:
             kind = None  # "my usual is the 7:40 train"
         if kind and value and value.lower() not in _NOT_VALUES and len(value.split()) <= 4:
             out.append(AttributeStatement(kind, value))
+    # "I take the Overground to work", "we ride the ferry into the office"
+    for m in _TAKE_TO_WORK.finditer(s):
+        if _clean(m.group("v")).lower() not in _NOT_VALUES:
+            out.append(AttributeStatement("commute", _clean(m.group("v"))))
     # "I'm 34", "I turned 40", "34 years old"
     for m in re.finditer(r"(?<!like )\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?:(?:\w+ly|now|just)\s+)?(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
-                         r"minutes|hours|€|\$|euros))|\b(?P<w>\d{1,3}) (?:years old|yo)\b", s, re.I):
-        out.append(AttributeStatement("age", m.group("v") or m.group("w")))
+                         r"minutes|hours|€|\$|euros))|\b(?P<w>\d{1,3}) (?:years old|yo)\b|"
+                         r"^at (?P<at>\d{2,3}),? (?:i|i'm|i've)\b", s, re.I):
+        out.append(AttributeStatement("age", m.group("v") or m.group("w") or m.group("at")))
     for m in EMAIL_RE.finditer(s):
         out.append(AttributeStatement("email", m.group()))
     return out
@@ -325,6 +349,8 @@ def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_a
     at = sentence.lower().find(st.value.lower())
     if at > 0 and _DENIED.search(sentence[max(0, at - 30):at]):
         return False  # "I don't live in Paris"
+    if at > 0 and _QUOTED.search(sentence[:at]):
+        return False  # "I always say cappuccino by accident": a word said, not a value held
     # a doubt in an earlier clause ("since the trip to Peru, ceviche has become my favourite") stays there
     return at < 0 or at < doubt_at or bool(re.search(r"[,;]", sentence[doubt_at:at]))
 
@@ -362,17 +388,19 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I)) or bool(_IMPLIED_I.match(sentence))
     if first and not visit:
         for c_start, c_end, attr in cues:
-            if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email"):
+            if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"):
                 continue  # their values are no names
             pick = next(((pos, v) for pos, v in names if pos >= c_end and not any(v.lower() in t for t in taken)
                          and _GAP.fullmatch(sentence[c_end:pos])), None)
             if pick is None:
                 continue
             pos, value = pick
+            if attr not in PLACES and re.search(r"\bin\b", sentence[c_end:pos], re.I):
+                continue  # "I work in San Francisco", "my GP here in Sevilla": a place, not the value
             if _RELATION_CUE.fullmatch(sentence[c_start:c_end]):
                 # "my girlfriend Ingrid", "our cat Pixel": the speaker's, unless another's ("her boyfriend Joris")
                 owner = sentence[max(0, c_start - 30):c_start]
-                if (not re.search(r"\b(?:my|our|a|the|new)\s+(?:\w+\s+)?$", owner, re.I)
+                if (not _OWNER.search(owner)
                         or re.search(r"\b(?:her|his|their|your|\w+'s)\s+(?:\w+\s+)?$", owner, re.I)
                         or _other_subject(sentence, c_start)):
                     continue
@@ -411,6 +439,11 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         end = _ENDING.search(sentence)
         # the attribute the ending is about: a cue near it ("sold the car", "phone got stolen")
         about = {c[2] for c in cues if -40 < c[0] - end.start() < 30}
+        after = re.match(r"\s+(?:(?:the|my|our|a|an|any)\s+)?", sentence[end.end():])
+        at = end.end() + (after.end() if after else 0)
+        what = [attr for pos, attr, _ in closed if pos == at]  # "no more trains": the commute's value ends
+        if what:
+            about = set(what[:1])
         for attr in about or {""}:
             out.append(AttributeStatement(attr, "", ending=True))
     out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)
