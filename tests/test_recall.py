@@ -82,7 +82,8 @@ def test_a_complete_question_is_searched_alone_whatever_the_history(service: Mem
     say(service, "s1", when, ("user", "I drive an old green Volvo estate"), ("user", "My sister visits in May"))
     reply = "Lovely! " + "Visits from family are a great time to plan trips, meals and walks together. " * 12
     found = service.recall("What car do I have?", user_id="u", history=["Ingrid is coming to visit", reply])
-    assert texts(found)[0] == "I drive an old green Volvo estate"
+    # the car, first: the message, or the attribute fact read from it ("User drives Volvo.")
+    assert "Volvo" in texts(found)[0] and "I drive an old green Volvo estate" in texts(found)[:2]
     assert not any("follow-up" in n for n in found.trace.notes)
     assert len(history_context(["Ingrid is coming to visit", reply]).split()) == 40
 

@@ -63,7 +63,7 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
                      r"(?:flat white|cortado|latte|espresso|cappuccino|americano|macchiato|mocha|frappuccino|"
                      r"cold brew|long black|short black|filter coffee|piccolo|ristretto|lungo|affogato)"),
     Attribute("commute", r"commute|commuting|get to work|ride to work|to work|to the office|into work", "{s}'s commute: {v} to work",
-              closed=r"bike|bicycle|cycling|cycle|train|bus|tram|metro|subway|underground|tube|car|driving|drive|"
+              closed=r"e-bike|e-scooter|bike|bicycle|cycling|cycle|train|bus|tram|metro|subway|underground|tube|car|driving|drive|"
                      r"walk|walking|scooter|e-scooter|ferry|carpool|motorbike|motorcycle", asks="get to work"),
     Attribute("diet", r"diet|eat|eating|vegan|vegetarian|pescatarian|keto|meat", "{s}'s diet is {v}",
               closed=r"vegan|vegetarian|pescatarian|keto|paleo|carnivore|omnivore|flexitarian|gluten-free|"
@@ -120,7 +120,7 @@ def mentions(text: str, value: str, *, loose: bool = True, unlike: str = "") -> 
         return False
     shared = {w.lower() for w in value_terms(unlike)}
     terms = [w for w in value_terms(value) if w.lower() not in shared]
-    return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?!\w)", text, re.I) for w in terms)
+    return any(re.search(rf"(?<![\w@.]){re.escape(w)}(?:s|es)?(?!\w)", text, re.I) for w in terms)  # "Octavias"
 
 
 _HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|(?:my|the) old|originally|back then|earlier|"
@@ -134,14 +134,16 @@ def asked_attribute(query: str) -> tuple[str, bool]:
         return "", False
     q = query.lower()
     fav = re.search(rf"{FAVOURITE_WORD}\s+(\w+)", q)
-    best, where = "", 10_000
+    best, where = "", (10_000, 0)
     if fav and fav.group(1) in FAVOURITE_KINDS:
         best = FAVOURITE_KINDS[fav.group(1)]
     else:
         for attr in ATTRIBUTES.values():
             pattern = attr.cues + (f"|{attr.asks}" if attr.asks else "")
             m = re.search(rf"\b(?:{pattern})(?:s|es)?\b", q)  # "what cars do I have?"
-            if m and m.start() < where and not (attr.key == "home_city" and "where" == m.group() and
-                                                  re.search(r"\b(?:work|study|gym|work out|school)\b", q)):
-                best, where = attr.key, m.start()
+            # the first cue wins, the longer of two at one place ("work out" over "work")
+            if m and (m.start(), -len(m.group())) < where and not (
+                    attr.key == "home_city" and "where" == m.group() and
+                    re.search(r"\b(?:work|study|gym|work out|school)\b", q)):
+                best, where = attr.key, (m.start(), -len(m.group()))
     return best, bool(best and _HISTORY.search(q))

@@ -38,7 +38,7 @@ __all__ = ["ATTRIBUTES", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attrib
 
 _NAMEISH = r"(?:[A-ZÀÁÂÄÅÇÉÈÍÑÓÖØÚÜŠŽ][\w'’.\-+&@]*|[a-z]+[A-Z][\w\-]*)"
 _JOIN = r"(?:of|de|di|da|del|do|dos|the|la|le|du|von|van|der|y|in the time of)"
-NAME_RE = re.compile(rf"{_NAMEISH}(?:\s+(?:{_JOIN}\s+)?{_NAMEISH})*")
+NAME_RE = re.compile(rf"{_NAMEISH}(?:\s+(?:{_JOIN}\s+){{0,2}}{_NAMEISH})*")  # "The Remains of the Day"
 EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 # Words that open a sentence or name no value, though capitalised.
@@ -123,6 +123,8 @@ _OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?n
 PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
 _QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
                      r"\bautocorrect\w*", re.I)
+_GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
+                   r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
 _MODEL = re.compile(r"(?:\s+(?:[a-zA-Z]?\d{1,4}[a-zA-Z+]*|Pro|Max|Plus|Mini|Ultra|Air|SE))+\b")
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
@@ -434,6 +436,8 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
                 continue
             taken.add(value)
             out.append(AttributeStatement(attr, value, adds=adds))
+    if _GONE.search(sentence):  # "French is on hold", "Hiroshi is ancient history": what it names ends
+        out.append(AttributeStatement("", "", ending=True))
     ended = bool(_ENDING.search(sentence)) and first
     if ended and not _other_subject(sentence, _ENDING.search(sentence).start()):
         end = _ENDING.search(sentence)

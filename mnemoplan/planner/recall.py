@@ -126,6 +126,9 @@ def _with_validity(rec: Record) -> dict[str, Any]:
 
 
 SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
+BROADER = {"neighbourhood": "home_city"}  # an attribute whose value answers a question about another
+
+
 def once_per_message(order: list[Candidate], records: Mapping[str, Record]) -> list[Candidate]:
     """The candidates whose records are known, a message once: a long message and its passages
     count as one, at the rank of the best of them, shown as its best passage when one matched
@@ -285,14 +288,16 @@ class RecallPipeline:
             return order
         rows = select(RecordFilter(user_id, kinds=("fact",), current=None if past else True),
                       ["id", "metadata", "occurred_at", "superseded_by"])
-        slot = []
+        slots: dict[str, list[tuple[Any, str]]] = {}
         for row in rows:
             meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else (row["metadata"] or {})
-            if meta.get("attribute") != attribute or str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
+            if str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
                 continue
             if past and not (row["superseded_by"] and meta.get("value")):
                 continue
-            slot.append((row["occurred_at"], row["id"]))
+            slots.setdefault(str(meta.get("attribute")), []).append((row["occurred_at"], row["id"]))
+        # "Which neighbourhood do I live in?" when only the place one lives in was said
+        slot = slots.get(attribute) or slots.get(BROADER.get(attribute, ""), [])
         if not slot:
             return order
         slot.sort(reverse=True)
