@@ -89,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         print(f"mnemoplan: stopped ({how})", file=sys.stderr, flush=True)
         return 128 + signum
+    # The client went away and the stores are closed. Python's exit may still wait for the
+    # embedding model's load to end; a host's SIGTERM meanwhile ends the process, no traceback.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return 0
 
 
