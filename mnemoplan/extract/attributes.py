@@ -32,7 +32,7 @@ from mnemoplan.extract.attribute_kinds import (
 )
 from mnemoplan.extract.brands import brand_attribute
 
-__all__ = ["ATTRIBUTES", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
+__all__ = ["ATTRIBUTES", "CORRECTED", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
            "attribute_statements", "mentions", "value_terms"]
 
 
@@ -125,6 +125,11 @@ _QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|m
                      r"\bautocorrect\w*", re.I)
 _GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
                    r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
+CORRECTED = "!"  # the attribute of the value just given, which a bare correction replaces (``ingest``)
+_CORRECTION = re.compile(r"(?:(?:oh|oops|wait|hmm|hang on|well)[\s,!.—-]+)*(?:no|sorry|oops|my bad|actually)[\s,!.—-]+"
+                         r"(?:(?:no|sorry|wait|actually|i mean|i meant)[\s,!.—-]+)*(?:(?:it's|its|it is|they're|"
+                         r"they are|he's|she's|i meant|i mean)\s+)?(?:the\s+|a\s+|an\s+)?(?P<v>[^,.!?;—]{1,40}?)"
+                         r"\s*(?:[,.!?;—]|$)", re.I)
 _MODEL = re.compile(r"(?:\s+(?:[a-zA-Z]?\d{1,4}[a-zA-Z+]*|Pro|Max|Plus|Mini|Ultra|Air|SE))+\b")
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
@@ -226,7 +231,8 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                                                                                m.end():] + " ", re.I) is None:
             value = _phrase_after(s, m.end())
         before = re.search(r"(?P<v>[^,.!?;:]+?)(?:\s+(?:is|are|has been|have been|has become|became|is now|are now)|"
-                           r"['’]s(?: been| now)?)\s+(?:my|our)\s+(?:[\w-]+\s+)?(?:[\w-]+\s+)?" + FAVOURITE_WORD, s, re.I)
+                           r"['’]s(?: been| now)?)(?:\s+(?:actually|really|honestly|officially|definitely|still))?\s+(?:my|our)\s+"
+                           r"(?:[\w-]+\s+)?(?:[\w-]+\s+)?" + FAVOURITE_WORD, s, re.I)
         if before:
             value = _clean(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
             if value.lower() in ("it", "that", "this", "they", "it's", "that's") or not value:
@@ -436,6 +442,13 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
                 continue
             taken.add(value)
             out.append(AttributeStatement(attr, value, adds=adds))
+    fix = _CORRECTION.match(sentence)
+    if fix and not _NOT_X.search(sentence) and not out:  # "sorry no, macchiato!", "actually no, dark brown."
+        value = _clean(fix.group("v"))
+        typed = next((attr for pos, attr, v in closed if v == value.lower()), "") or _by_value(value)
+        named = NAME_RE.fullmatch(value) and len(value.split()) <= 4 and not _FIRST_PERSON.search(value)
+        if value and value.lower() not in _NOT_VALUES and (typed or named):
+            out.append(AttributeStatement(typed or CORRECTED, value))
     if _GONE.search(sentence):  # "French is on hold", "Hiroshi is ancient history": what it names ends
         out.append(AttributeStatement("", "", ending=True))
     ended = bool(_ENDING.search(sentence)) and first
