@@ -59,6 +59,43 @@ def test_endings_and_corrections_are_read() -> None:
     assert corrected and corrected[0].value == "program manager" and corrected[0].replaces == "project manager"
 
 
+def test_a_name_says_what_it_is_without_a_cue_word() -> None:
+    """A maker or product line types a name ("my Framework Laptop 13"), with its model number;
+    "Dr." names a doctor; "my new iPhone 13" is the speaker's whoever else the sentence names."""
+    assert values("upgraded the RAM on my Framework Laptop 13 myself")["laptop"] == "Framework Laptop 13"
+    assert values("my Pixel 7 screen has a green line across it.")["phone"] == "Pixel 7"
+    assert values("Dr. Moreau did my cleaning today, she's so gentle")["doctor"] == "Moreau"
+    assert values("My son set up my new iPhone 13 for me yesterday.")["phone"] == "iPhone 13"
+    assert values("finally sold the Civic and bought a Mazda CX-5, 2021, red.")["car"] == "Mazda CX-5"
+    assert not values("my dad just bought a Lexus at 70 years old, he's so proud")
+    assert not values("the pixel is at the repair shop so I'm using my mum's old iPhone SE in the meantime")
+
+
+def test_lower_case_values_are_read_from_their_frames_and_classes() -> None:
+    assert values("my usual is an oat flat white. is oat milk healthy?")["coffee_order"] == "oat flat white"
+    assert values("gaming is my main hobby, I play like 20 hours a week")["hobbies"] == "gaming"
+    assert values("I take the Overground to work and it's usually fine")["commute"] == "Overground"
+    assert "commute" not in values("during the strike I had to take an Uber to work for three days")
+    assert values("three weeks ago I started Arabic classes, the script is hard")["languages"] == "arabic"
+    assert values("I'm officially 30 now, birthday was on saturday")["age"] == "30"
+
+
+def test_a_clause_before_a_question_states_but_the_question_does_not() -> None:
+    assert values("my Skoda Octavia needs new winter tyres, what size should I look for?")["car"] == "Skoda Octavia"
+    assert not values("should I move to Porto, is it nice?")
+
+
+def test_a_change_names_what_it_ends() -> None:
+    joined = attribute_statements("I cancelled McFit and joined John Reed Fitness, it's got a pool.")
+    assert [(s.attribute, s.value, s.closes) for s in joined] == [("gym", "John Reed Fitness", "McFit")]
+    instead = attribute_statements("I started Arabic classes instead of Spanish")
+    assert [(s.value, s.closes) for s in instead] == [("arabic", "Spanish")]
+    assert ("", "", True, False, "") in said("French is on hold.")
+    fixed = attribute_statements("sorry no, macchiato! I always say cappuccino by accident.")
+    assert [(s.attribute, s.value) for s in fixed] == [("coffee_order", "macchiato")]
+    assert not attribute_statements("no worries!") and not attribute_statements("sorry, I didn't mean to be rude")
+
+
 def test_a_second_value_adds() -> None:
     adds = [s for s in attribute_statements("I also started doing weddings, I'm a wedding photographer on the side")
             if s.attribute == "job_title"]
@@ -141,6 +178,23 @@ def test_a_correction_within_a_session_replaces_at_once(service: MemoryService) 
     items = ask(service, "u", "what company am I at?")
     assert "KPMG" in items[0].text
     assert all(not i.current for i in items if "Deloitte" in i.text and "KPMG" not in i.text)
+
+
+def test_a_typed_name_replaces_the_old_one_and_closes_what_named_it(service: MemoryService) -> None:
+    tell(service, "u", [("user", "my ThinkPad T480 is getting slow. is it worth upgrading the RAM?"),
+                        ("assistant", "A RAM upgrade helps a T480 a lot, and the ThinkPad is easy to open."),
+                        ("user", "ok I replaced the ThinkPad with a MacBook Air M3. it's silent!")])
+    items = ask(service, "u", "what laptop do I have?")
+    assert "MacBook Air" in items[0].text and items[0].current
+    assert all(not i.current for i in items if "ThinkPad" in i.text and "MacBook" not in i.text)
+
+
+def test_an_unheld_old_value_named_by_the_change_is_closed(service: MemoryService) -> None:
+    tell(service, "u", [("user", "the McFit near me is packed at 6pm, best times to go?"),
+                        ("user", "I cancelled McFit and joined John Reed Fitness, it's got a pool")])
+    items = ask(service, "u", "which gym do I go to?")
+    assert "John Reed" in items[0].text
+    assert all(not i.current for i in items if "McFit" in i.text and "John Reed" not in i.text)
 
 
 def test_an_agent_states_a_fact_and_it_supersedes_like_a_message(service: MemoryService) -> None:
