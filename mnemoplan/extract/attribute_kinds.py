@@ -49,7 +49,7 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
     Attribute("phone", r"phone|smartphone|mobile", "{s}'s phone is {v}"),
     Attribute("laptop", r"laptop|notebook|macbook|computer", "{s}'s laptop is {v}"),
     Attribute("email", r"e-?mail|address|inbox|mailbox", "{s}'s email is {v}"),
-    Attribute("bank", r"bank|banking|account|current account", "{s} banks with {v}"),
+    Attribute("bank", r"bank|banking|account|current account|credit card|debit card", "{s} banks with {v}"),
     Attribute("gym", r"gym|fitness|membership|work ?out|trainer|lifting", "{s} goes to the gym {v}"),
     Attribute("doctor", r"doctor|gp|dentist|physician|dermatologist|therapist|dr\.?", "{s}'s doctor is {v}"),
     Attribute("internet_provider", r"internet|broadband|wi-?fi|fib(?:re|er)|provider|isp|router",

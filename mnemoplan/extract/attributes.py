@@ -30,27 +30,21 @@ from mnemoplan.extract.attribute_kinds import (
     mentions,
     value_terms,
 )
-from mnemoplan.extract.brands import brand_attribute
+from mnemoplan.extract.attribute_words import (
+    EMAIL_RE,
+    NAME_RE,
+    NAMEISH,
+    NOT_VALUES,
+    by_value,
+    clean_value,
+    names_in,
+    phrase_after,
+)
 
 __all__ = ["ATTRIBUTES", "CORRECTED", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
            "attribute_statements", "mentions", "value_terms"]
 
 
-_NAMEISH = r"(?:[A-ZÀÁÂÄÅÇÉÈÍÑÓÖØÚÜŠŽ][\w'’.\-+&@]*|[a-z]+[A-Z][\w\-]*)"
-_JOIN = r"(?:of|de|di|da|del|do|dos|the|la|le|du|von|van|der|y|in the time of)"
-NAME_RE = re.compile(rf"{_NAMEISH}(?:\s+(?:{_JOIN}\s+){{0,2}}{_NAMEISH})*")  # "The Remains of the Day"
-EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-# Words that open a sentence or name no value, though capitalised.
-_NOT_VALUES = frozenset("""
-i i'm i've i'll i'd im my me we we're our us you your it it's this that these those the a an and but so or
-he she they his her their him them there here what who when where why how which hi hey hello ok okay
-yes no oh ugh lol thanks thank please sorry wait update news big new now just also still dr dr. mr mrs ms
-honestly phd ngo mba ceo cto hr it lol omg ok nope yeah yep
-monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
-september october november december christmas easter today tomorrow yesterday anyway btw omg haha wow
-good great morning evening night hmm nooo hola ciao ok. olá hoi oi greetings congrats
-""".split())
 
 _RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
               r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
@@ -76,7 +70,7 @@ _ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold
                      r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
                      r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
                      r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
-                     r"said goodbye|without a|no more|car-free|have no|got no|don't have (?:a|an|any)|do not have|got rid of|"
+                     r"said goodbye|without a|no more|car-free|have no|got no|no \w+ at all|gave (?:away )?(?:my|our|the)|don't have (?:a|an|any)|do not have|got rid of|"
                      r"dropped|shut off|shut down|not a \w+ anymore|is gone|are gone|is on hold|on hold|"
                      r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
 _ADD = re.compile(r"\b(?:also|too(?=\s*(?:[,.!?;]|lol|haha|$))|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
@@ -120,17 +114,18 @@ _OTHER_FAVOURITE = re.compile(FAVOURITE_WORD + r"\s+(?!(?:is|are|was|now|has|had
 # whose a partner or pet is: "my girlfriend", "our cat", "the new kitten", "we got a hamster"
 _OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?new\s+$|"
                     r"\b(?:got|adopted|have|bought|rescued)\s+(?:a|an|the)\s+(?:\w+\s+)?$", re.I)
+# attributes whose value may stand right before the cue, a service's or a thing's name
+NAMED_BEFORE = frozenset({"internet_provider", "bank", "gym", "phone", "laptop", "car", "streaming_service"})
 PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
 _QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
                      r"\bautocorrect\w*", re.I)
 _GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
                    r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
 CORRECTED = "!"  # the attribute of the value just given, which a bare correction replaces (``ingest``)
-_CORRECTION = re.compile(r"(?:(?:oh|oops|wait|hmm|hang on|well)[\s,!.—-]+)*(?:no|sorry|oops|my bad|actually)[\s,!.—-]+"
+_CORRECTION = re.compile(r"(?:(?:oh|oops|wait|hmm|hang on|well|sorry)[\s,!.—-]+)*(?:no|nope|oops|my bad|actually)[\s,!.—-]+"
                          r"(?:(?:no|sorry|wait|actually|i mean|i meant)[\s,!.—-]+)*(?:(?:it's|its|it is|they're|"
                          r"they are|he's|she's|i meant|i mean)\s+)?(?:the\s+|a\s+|an\s+)?(?P<v>[^,.!?;—]{1,40}?)"
                          r"\s*(?:[,.!?;—]|$)", re.I)
-_MODEL = re.compile(r"(?:\s+(?:[a-zA-Z]?\d{1,4}[a-zA-Z+]*|Pro|Max|Plus|Mini|Ultra|Air|SE))+\b")
 _SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 
@@ -146,39 +141,6 @@ class AttributeStatement:
     closes: str = ""  # an old value a change names, held or not ("cancelled McFit and joined X", "X instead of Y")
 
 
-def _clean(value: str) -> str:
-    value = re.sub(r"^(?:the|a|an|my|our|Dr\.?|Dr)\s+", "", value.strip(" ,.:;!?\"'()"), flags=re.I)
-    value = re.sub(r"\s+(?:in|at|on|near|for|from|with|and|since|now|lol|haha)$", "", value, flags=re.I)
-    return value.strip(" ,.:;!?\"'()")
-
-
-def _names(text: str) -> list[tuple[int, str]]:
-    """Capitalised spans that may be values, with where they start."""
-    out = []
-    for m in NAME_RE.finditer(text):
-        words = m.group().split()
-        while words and words[0].lower().strip(".,!") in _NOT_VALUES:
-            words = words[1:]
-        while words and words[-1].lower().strip(".,!") in _NOT_VALUES:
-            words = words[:-1]
-        value = _clean(" ".join(words))
-        if value and brand_attribute(value):  # a product's model number: "Pixel 7", "Hyundai i30"
-            model = _MODEL.match(text, m.end())
-            value += model.group() if model and value.endswith(words[-1].strip(".,!")) else ""
-        if value and value.lower() not in _NOT_VALUES and len(value) > 1:
-            out.append((m.start() + m.group().find(words[0]) if words else m.start(), value))
-    return out
-
-
-def _phrase_after(text: str, start: int, most: int = 4) -> str:
-    """The short phrase from ``start`` to the clause's end (at most ``most`` words)."""
-    rest = re.split(r"[,.!?;:()]|\s(?:and(?!\s+(?-i:[A-Z]))|but|so|because|which|who|since|at|in|on|for|with|from|now|lol|is|was|"
-                    r"are|has|had|of|i|i'm|to|who|that|after|before|until|this|these|every|"
-                    r"haha|anymore|though|tho)\s", text[start:] + " ", maxsplit=1, flags=re.I)[0]
-    words = rest.split()[:most]
-    return _clean(" ".join(words))
-
-
 def _cue_positions(sentence: str) -> list[tuple[int, int, str]]:
     """(start, end, attribute) of each cue in the sentence, in order."""
     found = []
@@ -186,20 +148,6 @@ def _cue_positions(sentence: str) -> list[tuple[int, int, str]]:
         for m in re.finditer(rf"\b(?:{attr.cues})\b", sentence, re.I):
             found.append((m.start(), m.end(), attr.key))
     return sorted(found)
-
-
-def _by_value(value: str) -> str:
-    """An attribute a value's own words give away ("University of Edinburgh", an email address)."""
-    if EMAIL_RE.fullmatch(value):
-        return "email"
-    if re.search(r"\b(?:universi[td]\w*|università|universität|college|school|institute|polytechnic|academy|uni)\b",
-                 value, re.I):
-        return "university"
-    if re.search(r"\b(?:fitness|gym|crossfit|boulders?|climbing)\b", value, re.I):
-        return "gym"
-    if re.search(r"\bbank\b", value, re.I):
-        return "bank"
-    return brand_attribute(value)  # "Mazda CX-5", "Monzo", "Fairphone 5"
 
 
 def _closed_values(sentence: str) -> list[tuple[int, str, str]]:
@@ -226,26 +174,26 @@ def _frames(sentence: str) -> list[AttributeStatement]:
             kind = FAVOURITE_OF_SOME_KIND  # "my favourite is now X"; not "my favourite character"
         value = ""
         if m.group("kind") and m.group("kind").lower() not in FAVOURITE_KINDS:
-            value = _phrase_after(s, m.start("kind"))
+            value = phrase_after(s, m.start("kind"))
         elif m.end() < len(s) and re.match(r"\s*(?:is|are|:|=|alert)", s[m.start("kind") if m.group("kind") else
                                                                                m.end():] + " ", re.I) is None:
-            value = _phrase_after(s, m.end())
+            value = phrase_after(s, m.end())
         before = re.search(r"(?P<v>[^,.!?;:]+?)(?:\s+(?:is|are|has been|have been|has become|became|is now|are now)|"
                            r"['’]s(?: been| now)?)(?:\s+(?:actually|really|honestly|officially|definitely|still))?\s+(?:my|our)\s+"
                            r"(?:[\w-]+\s+)?(?:[\w-]+\s+)?" + FAVOURITE_WORD, s, re.I)
         if before:
-            value = _clean(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
+            value = clean_value(re.sub(r"^.*\b(?:and|but|so|ok|now|honestly|since|,)\s+", "", before.group("v"), flags=re.I))
             if value.lower() in ("it", "that", "this", "they", "it's", "that's") or not value:
-                earlier = _names(s[: before.end("v")])  # "just finished Piranesi and it's my new favourite"
+                earlier = names_in(s[: before.end("v")])  # "just finished Piranesi and it's my new favourite"
                 value = earlier[-1][1] if earlier else ""
             value = re.sub(r"^(?:i think|i guess|for the past \w+ or so|ok|okay)\s+", "", value, flags=re.I)
-        if kind and value and value.lower() not in _NOT_VALUES:
+        if kind and value and value.lower() not in NOT_VALUES:
             out.append(AttributeStatement(kind, value, adds=bool(re.search(r"\btwo|both|favourites\b", s, re.I))))
     # "I'm a X (at|in|on) ...", "as a X", "bumped up to X", "now I'm X of"
     for m in re.finditer(r"\b(?:i'm|i am|im|i work as|working as|as|promoted to|bumped up to|first (?:\w+ )?as|"
                          r"now i'm|i'm now|still)\s+(?:an?\s+|the\s+)?(?:(?:\w+\s+)?(?:only|new|lifelong|proud)\s+)?",
                          s, re.I):
-        phrase = _phrase_after(s, m.end(), 4)
+        phrase = phrase_after(s, m.end(), 4)
         if not re.search(r"\b(?:not|no|never)\b", phrase, re.I) and re.search(r"\b(?:engineer|designer|developer|dev|manager|nurse|teacher|analyst|accountant|auditor|"
                      r"barista|supervisor|lead|principal|doctor|lawyer|consultant|scientist|photographer|writer|"
                      r"editor|chef|cook|driver|officer|assistant|director|architect|researcher|student|intern|"
@@ -255,28 +203,28 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                      r"receptionist|programme manager)s?$", phrase, re.I):
             out.append(AttributeStatement("job_title", phrase.lower()))
             rest = s[m.end():]
-            at = re.match(rf"\s*{re.escape(phrase)}\s+(?:\w+\s+){{0,4}}?(?:at|for|with)\s+(?:the\s+)?(?={_NAMEISH})", rest, re.I)
-            employer = _names(rest[at.end():]) if at else []
-            if employer and employer[0][0] == 0 and not _by_value(employer[0][1]):
+            at = re.match(rf"\s*{re.escape(phrase)}\s+(?:\w+\s+){{0,4}}?(?:at|for|with)\s+(?:the\s+)?(?={NAMEISH})", rest, re.I)
+            employer = names_in(rest[at.end():]) if at else []
+            if employer and employer[0][0] == 0 and not by_value(employer[0][1]):
                 out.append(AttributeStatement("employer", employer[0][1]))
         elif re.match(r"\w+ fan\b", phrase + " ", re.I) or re.search(r"\bfan\b", s[m.end():m.end() + 40], re.I):
-            team = _names(s[m.end():])
+            team = names_in(s[m.end():])
             if team:
                 out.append(AttributeStatement("favourite_team", team[0][1]))
     # "my usual is an oat flat white", "my hobby is rock climbing", "boxing is my hobby": a phrase
     # named by a noun of a lower-case attribute
     for m in _COPULA.finditer(s):
         noun = (m.group("noun") or m.group("noun2")).lower()
-        value = _phrase_after(s, m.start("v")) if m.group("v") else _clean(m.group("v2") or "")
+        value = phrase_after(s, m.start("v")) if m.group("v") else clean_value(m.group("v2") or "")
         kind = _COPULA_NOUNS.get(noun.split()[-1])
         if kind == "coffee_order" and not re.search(rf"\b(?:{ATTRIBUTES['coffee_order'].cues}|tea|chai|mocha)\b", value, re.I):
             kind = None  # "my usual is the 7:40 train"
-        if kind and value and value.lower() not in _NOT_VALUES and len(value.split()) <= 4:
+        if kind and value and value.lower() not in NOT_VALUES and len(value.split()) <= 4:
             out.append(AttributeStatement(kind, value))
     # "I take the Overground to work", "we ride the ferry into the office"
     for m in _TAKE_TO_WORK.finditer(s):
-        if _clean(m.group("v")).lower() not in _NOT_VALUES:
-            out.append(AttributeStatement("commute", _clean(m.group("v"))))
+        if clean_value(m.group("v")).lower() not in NOT_VALUES:
+            out.append(AttributeStatement("commute", clean_value(m.group("v"))))
     # "I'm 34", "I turned 40", "34 years old"
     for m in re.finditer(r"(?<!like )\b(?:i'm|i am|im|i turned|turned|turning|i just turned)\s+(?:(?:\w+ly|now|just)\s+)?(?P<v>\d{1,3})\b(?!\s*(?:%|km|kg|min|"
                          r"minutes|hours|€|\$|euros))|\b(?P<w>\d{1,3}) (?:years old|yo)\b|"
@@ -338,12 +286,12 @@ def _corrected(sentence: str, m: re.Match[str], previous: str) -> str:
         chunk = _SAYING.sub("", before[-2].strip()).strip()
     if not chunk:
         after = sentence[m.end():].lstrip(" ,—–-")
-        chunk = _SAYING.sub("", _phrase_after(after, 0, 5))
+        chunk = _SAYING.sub("", phrase_after(after, 0, 5))
     if not chunk and previous:
-        names = _names(previous)
+        names = names_in(previous)
         chunk = names[-1][1] if names else ""
-    chunk = _clean(chunk)
-    if not chunk or chunk.lower() in _NOT_VALUES or len(chunk.split()) > 5:
+    chunk = clean_value(chunk)
+    if not chunk or chunk.lower() in NOT_VALUES or len(chunk.split()) > 5:
         return ""
     return chunk
 
@@ -382,7 +330,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     visit = False
     adds = bool(_ADD.search(sentence))
     first = bool(_FIRST_PERSON.search(sentence))
-    corrections = [_clean(m.group("old")) for m in _NOT_X.finditer(sentence)]
+    corrections = [clean_value(m.group("old")) for m in _NOT_X.finditer(sentence)]
     out: list[AttributeStatement] = []
     if hedged:
         return out
@@ -390,7 +338,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         if not _other_subject(sentence, sentence.lower().find(st.value.lower()) if st.value else len(sentence)):
             out.append(AttributeStatement(st.attribute, st.value, adds=st.adds or adds))
     cues = _cue_positions(sentence)
-    names = _names(sentence)
+    names = names_in(sentence)
     closed = _closed_values(sentence)
     taken = {st.value.lower() for st in out}
     first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I)) or bool(_IMPLIED_I.match(sentence))
@@ -400,6 +348,9 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
                 continue  # their values are no names
             pick = next(((pos, v) for pos, v in names if pos >= c_end and not any(v.lower() in t for t in taken)
                          and _GAP.fullmatch(sentence[c_end:pos])), None)
+            if pick is None and attr in NAMED_BEFORE:  # "our Rogers internet", "we have Orange fibre"
+                pick = next(((pos, v) for pos, v in names if pos + len(v) <= c_start and not sentence[pos + len(v):
+                             c_start].strip() and not any(v.lower() in t for t in taken)), None)  # fmt: skip
             if pick is None:
                 continue
             pos, value = pick
@@ -415,13 +366,13 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             elif _other_subject(sentence, c_start):
                 continue
             taken.add(value.lower())
-            attr = _by_value(value) or attr
+            attr = by_value(value) or attr
             out.append(AttributeStatement(attr, value, adds=adds))
         for pos, value in names:
             owned = _OWNED.search(sentence[max(0, pos - 30):pos])
             if value.lower() in taken or (_other_subject(sentence, pos) and not owned):
                 continue
-            attr = _by_value(value)
+            attr = by_value(value)
             lead = sentence[max(0, pos - 40):pos]
             if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
                 attr = "doctor"  # "Dr. Moreau did my cleaning"
@@ -444,14 +395,15 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             out.append(AttributeStatement(attr, value, adds=adds))
     fix = _CORRECTION.match(sentence)
     if fix and not _NOT_X.search(sentence) and not out:  # "sorry no, macchiato!", "actually no, dark brown."
-        value = _clean(fix.group("v"))
-        typed = next((attr for pos, attr, v in closed if v == value.lower()), "") or _by_value(value)
+        value = clean_value(fix.group("v"))
+        typed = next((attr for pos, attr, v in closed if v == value.lower()), "") or by_value(value)
         named = NAME_RE.fullmatch(value) and len(value.split()) <= 4 and not _FIRST_PERSON.search(value)
-        if value and value.lower() not in _NOT_VALUES and (typed or named):
+        if value and value.lower() not in NOT_VALUES and (typed or named):
             out.append(AttributeStatement(typed or CORRECTED, value))
     if _GONE.search(sentence):  # "French is on hold", "Hiroshi is ancient history": what it names ends
         out.append(AttributeStatement("", "", ending=True))
-    ended = bool(_ENDING.search(sentence)) and first
+    # "no more dye, no more hair lol": an ending said first speaks of the speaker
+    ended = bool(_ENDING.search(sentence)) and (first or bool(_ENDING.match(sentence)))
     if ended and not _other_subject(sentence, _ENDING.search(sentence).start()):
         end = _ENDING.search(sentence)
         # the attribute the ending is about: a cue near it ("sold the car", "phone got stolen")
@@ -459,6 +411,10 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         after = re.match(r"\s+(?:(?:the|my|our|a|an|any)\s+)?", sentence[end.end():])
         at = end.end() + (after.end() if after else 0)
         what = [attr for pos, attr, _ in closed if pos == at]  # "no more trains": the commute's value ends
+        # the head of the phrase it ends: "no commute at all", "don't have a work address anymore"
+        phrase = re.match(r"[\w' -]*?(?=[,.;!?]|\s(?:and|but|so|now|anymore|any more)\b|$)", sentence[at:])
+        stop = at + (phrase.end() if phrase else 0)
+        what = what or [attr for pos, _, attr in cues if end.start() < pos < end.end() or at <= pos < min(stop, at + 25)][-1:]
         if what:
             about = set(what[:1])
         for attr in about or {""}:
@@ -466,15 +422,15 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)
            and not _ended_object(sentence, st)]
     for m in _NOT_X.finditer(sentence):
-        old = _clean(m.group("old"))
+        old = clean_value(m.group("old"))
         new = _corrected(sentence, m, previous)
-        if old and new and old.lower() not in _NOT_VALUES and len(old.split()) <= 6:
+        if old and new and old.lower() not in NOT_VALUES and len(old.split()) <= 6:
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
-            out.append(AttributeStatement(_by_value(new), new, replaces=old))
+            out.append(AttributeStatement(by_value(new), new, replaces=old))
     for m in _INSTEAD.finditer(sentence):  # "Arabic classes instead of Spanish": a change, the old one named
         new = next((st for st in out if st.value and sentence.lower().find(st.value.lower()) < m.start()), None)
-        old = _phrase_after(sentence, m.end(), 4)
-        if new is not None and old and old.lower() not in _NOT_VALUES:
+        old = phrase_after(sentence, m.end(), 4)
+        if new is not None and old and old.lower() not in NOT_VALUES:
             out = [st for st in out if st is new or st.value.lower() != old.lower()]
             out[out.index(new)] = AttributeStatement(new.attribute, new.value, adds=new.adds, closes=old)
     gone = [name for pos, name in names if _ENDED_NAME.search(sentence[max(0, pos - 40):pos])]
@@ -485,8 +441,8 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
         if any(st.closes for st in out):  # the ending was about the named value, not a cue near it
             out = [st for st in out if not (st.ending and not st.value)]
     for m in _FROM_TO.finditer(sentence):
-        old, new = _clean(m.group("old")), _phrase_after(sentence, m.start("new"), 5)
-        if old and new and old.lower() not in _NOT_VALUES:
+        old, new = clean_value(m.group("old")), phrase_after(sentence, m.start("new"), 5)
+        if old and new and old.lower() not in NOT_VALUES:
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
-            out.append(AttributeStatement(_by_value(new), new, replaces=old))
+            out.append(AttributeStatement(by_value(new), new, replaces=old))
     return out

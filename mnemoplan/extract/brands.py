@@ -36,7 +36,9 @@ _KINDS: dict[str, str] = {
         ABN_AMRO BNP_Paribas Crédit_Agricole Chase Wells_Fargo Citibank Citi Capital_One Schwab Nordea SEB
         Swedbank Handelsbanken Bankinter BBVA CaixaBank Sabadell UniCredit Intesa Westpac ANZ NAB RBC Scotiabank BMO
         Nubank Amex American_Express Trade_Republic Chime Halifax Nationwide Wise Danske""",
-    "running_shoes": """Asics_Gel-\\w+ Gel-Nimbus Gel-Kayano Novablast Brooks_\\w+ Hoka Clifton Bondi Speedgoat
+    "gym": """PureGym Basic-Fit McFit Planet_Fitness Anytime_Fitness Virgin_Active David_Lloyd Equinox Orangetheory F45
+        SATS Elixia John_Reed Gold's_Gym Snap_Fitness Fitness_Park Holmes_Place Urban_Sports_Club 24_Hour_Fitness""",
+    "running_shoes": """Asics_Gel-\\w+ Gel-Nimbus Gel-Kayano Novablast Brooks_\\w+ Hoka Speedgoat
         Saucony Endorphin Kinvara Pegasus Vaporfly Invincible Ultraboost Adizero New_Balance FuelCell Cloudmonster
         Cloudflow Cloudsurfer Mizuno Wave_Rider Altra Salomon Speedcross""",
 }
