@@ -60,7 +60,8 @@ _UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly
                      re.I)
 _HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
                     r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
-                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*)\b", re.I)
+                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*|when i'm|when i am|"
+                    r"when i turn|once i'm|once i turn|by the time i)\b", re.I)
 _VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
                     r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
                     r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
@@ -327,6 +328,9 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
     visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
     hedged = hedge_at == 0 or bool(_UNSURE.search(sentence))
+    # "back from Naples, I drank espresso every day": a sentence that opens on a visit tells of the
+    # visit, unless it says something changed ("since the trip to Peru, ceviche has become ...")
+    hedged = hedged or (visit_at <= 3 and not re.search(r"\b(?:become|became|now|switched|ever since)\b", sentence, re.I))
     visit = False
     adds = bool(_ADD.search(sentence))
     first = bool(_FIRST_PERSON.search(sentence))
