@@ -70,33 +70,41 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     export = args.out / "conversations.json"
     export.write_text(json.dumps(synthetic_export(args.messages)), encoding="utf-8")
-    firsts, repeats = [], []
+    firsts, repeats, done = [], [], []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="mnemoplan-import-") as tmp:
             extra = {"embedding_model": args.embedding_model} if args.embedding_model else {}
             service = build_service(Settings(data_dir=Path(tmp) / "data", **extra))
             try:
                 service.embedder.embed(["warm up the model"])  # the model's load is not the import's
+                started = time.perf_counter()
                 with ProgressBar(f"run {run + 1}", args.messages, "msg") as bar:
                     first = import_file(service, export, user_id="bench",
                                         advance=lambda _r, _t, n: bar.advance(n))  # fmt: skip
-                service.store.wait_for_writes()
+                # the import answers once the messages are durable; embedding and derived facts
+                # follow in the background: the rate is until all of it is searchable
+                service.settle()
+                searchable = time.perf_counter() - started
+                derived = service.store.log.count("user_id = 'bench' AND kind != 'message'")
                 again = import_file(service, export, user_id="bench")
             finally:
                 service.close()
         assert first.stored == args.messages and again.stored == 0, (first.lines(), again.lines())
         with (args.out / "runs.jsonl").open("a") as runs:  # each run as it ends: a long run is not lost
-            runs.write(json.dumps({"run": run + 1, "seconds": round(first.seconds, 2),
+            runs.write(json.dumps({"run": run + 1, "accepted_seconds": round(first.seconds, 2),
+                                   "searchable_seconds": round(searchable, 2),
                                    "reimport_seconds": round(again.seconds, 2)}) + "\n")  # fmt: skip
         firsts.append(first)
+        done.append(searchable)
         repeats.append(again)
     result = {
         "messages": args.messages, "runs": args.runs, "embedding_model": args.embedding_model or "default",
         "file_mb": round(export.stat().st_size / 1e6, 2),
-        "seconds": [round(s.seconds, 2) for s in firsts],
-        "median_msg_per_s": round(args.messages / statistics.median(s.seconds for s in firsts), 1),
+        "accepted_seconds": [round(s.seconds, 2) for s in firsts],
+        "searchable_seconds": [round(s, 2) for s in done],
+        "median_msg_per_s": round(args.messages / statistics.median(done), 1),
         "reimport_seconds": [round(s.seconds, 2) for s in repeats],
-        "derived": firsts[-1].derived,
+        "derived": derived,  # facts and summaries read from the messages, in the last run
     }  # fmt: skip
     (args.out / "import_rate.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
