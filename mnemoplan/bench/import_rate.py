@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemoplan.config import Settings
+from mnemoplan.model.scope import RecordFilter
 from mnemoplan.progress import ProgressBar
 from mnemoplan.service.bootstrap import build_service
 from mnemoplan.transfer.importer import import_file
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 # follow in the background: the rate is until all of it is searchable
                 service.settle()
                 searchable = time.perf_counter() - started
-                derived = service.store.log.count("user_id = 'bench' AND kind != 'message'")
+                derived = service.store.log.count(RecordFilter("bench", kinds=("fact", "procedure", "episode")))
                 again = import_file(service, export, user_id="bench")
             finally:
                 service.close()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mnemoplan.cli.common import add_common_arguments, open_service
+
+if TYPE_CHECKING:
+    from mnemoplan.service.service import MemoryService
 
 IMPORT_FORMATS = ("auto", "chatgpt", "claude", "mcp-memory", "jsonl", "markdown", "mnemoplan")
 
@@ -31,13 +36,42 @@ def run_import(args: argparse.Namespace) -> int:
                 if total:
                     bar.note(f"{100 * read // total}% of the file")
 
+            started = time.perf_counter()
             summary = import_file(service, path, fmt=args.format, user_id=args.user, advance=advance)
-        service.store.wait_for_writes()
+        before = _derived(service, summary.user_id) - summary.derived
+        _index(service)
+        # the summary's time and derived records: until all of it is searchable, not until accepted
+        summary.seconds = time.perf_counter() - started
+        summary.derived = _derived(service, summary.user_id) - before
     finally:
         service.close()
     for line in summary.lines():
         print(line)
     return 0
+
+
+def _derived(service: MemoryService, user_id: str) -> int:
+    from mnemoplan.model.scope import RecordFilter
+
+    return service.store.log.count(RecordFilter(user_id, kinds=("fact", "procedure", "episode")))
+
+
+def _index(service: MemoryService) -> None:
+    """Wait, with a bar, until what the import stored is searchable: the messages are durable
+    when the import answers; embedding them and reading their facts follow in the background
+    and take most of an import's time."""
+    from mnemoplan.progress import ProgressBar
+
+    deferred = service.deferred
+    left = deferred.pending() if deferred is not None else 0
+    if left:
+        with ProgressBar("index", left, "msg") as bar:
+            while left:
+                time.sleep(0.5)  # a bar's refresh, not a wait for the work: settle() below waits for that
+                now = deferred.pending()
+                bar.advance(max(0, left - now))
+                left = now
+    service.settle()
 
 
 def run_export(args: argparse.Namespace) -> int:

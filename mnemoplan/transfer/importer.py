@@ -44,7 +44,7 @@ class ImportSummary:
         rate = self.messages / self.seconds if self.seconds else 0.0
         out = [
             f"imported {self.format} for user {self.user_id!r}: {self.conversations} conversation(s), "
-            f"{self.messages} message(s) read in {self.seconds:.1f} s ({rate:.0f} msg/s)",
+            f"{self.messages} message(s) in {self.seconds:.1f} s ({rate:.0f} msg/s)",
             f"  {self.stored} stored, {self.duplicates} already in memory, {self.derived} facts or summaries "
             f"derived; {self.sessions_with_new} session(s) gained messages",
         ]
