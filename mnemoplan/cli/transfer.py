@@ -47,7 +47,10 @@ def run_import(args: argparse.Namespace) -> int:
         service.close()
     for line in summary.lines():
         print(line)
-    return 0
+    failed = service.deferred.failures if service.deferred is not None else []
+    for failure in dict.fromkeys(failed):  # accepted and kept in the inbox: the next start stores them
+        print(f"mnemoplan: warning: {failure}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _derived(service: MemoryService, user_id: str) -> int:
