@@ -94,6 +94,10 @@ def test_a_change_names_what_it_ends() -> None:
     fixed = attribute_statements("sorry no, macchiato! I always say cappuccino by accident.")
     assert [(s.attribute, s.value) for s in fixed] == [("coffee_order", "macchiato")]
     assert not attribute_statements("no worries!") and not attribute_statements("sorry, I didn't mean to be rude")
+    assert not attribute_statements("No, Paris!")  # a bare name could correct anything: it corrects nothing
+    assert not attribute_statements("My favourite is now the one you suggested")
+    replaced = attribute_statements("I replaced the ThinkPad with a MacBook Air")
+    assert [(s.value, s.closes) for s in replaced] == [("MacBook Air", "ThinkPad")]
 
 
 def test_a_second_value_adds() -> None:

@@ -133,3 +133,22 @@ def test_the_view_answers_loopback_only_and_refuses_cross_site_forgets(service: 
     assert "Forget</a>" not in read_only.get("/view/session?user=u1&id=c1:1").text
     done = local.post("/view/forget?user=u1", data={"id": rid}, headers={"origin": "http://testserver"})
     assert done.status_code == 200 and service.store.log.get("u1", [rid]) == {}
+
+
+def test_a_view_started_with_tokens_never_falls_back_to_loopback(service: MemoryService, tmp_path: Path) -> None:
+    """Every token revoked while the server runs: the view still asks for one (no admin view for
+    whoever reaches it from this machine, a reverse proxy included)."""
+    from starlette.applications import Starlette
+
+    from mnemoplan.storage.tokens import TokenStore
+    from mnemoplan.web.app import WebView
+
+    filled(service)
+    tokens = TokenStore(tmp_path / "tokens")
+    secret, info = tokens.create(user_id="u1")
+    app = Starlette(routes=WebView(service_caller(service), writes=True, tokens=tokens).routes())
+    local = TestClient(app, client=("127.0.0.1", 4000))
+    assert local.get("/view/sessions?user=u1", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    tokens.revoke(info.id)
+    assert local.get("/view/sessions?user=u1").status_code == 401
+    assert local.get("/view/sessions?user=u1", headers={"Authorization": f"Bearer {secret}"}).status_code == 401

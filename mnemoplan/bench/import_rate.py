@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     export = args.out / "conversations.json"
     export.write_text(json.dumps(synthetic_export(args.messages)), encoding="utf-8")
     firsts, repeats, done = [], [], []
+    derived = 0
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="mnemoplan-import-") as tmp:
             extra = {"embedding_model": args.embedding_model} if args.embedding_model else {}

@@ -41,7 +41,7 @@ from mnemoplan.extract.attribute_words import (
     phrase_after,
 )
 
-__all__ = ["ATTRIBUTES", "CORRECTED", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
+__all__ = ["ATTRIBUTES", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
            "attribute_statements", "mentions", "value_terms"]
 
 
@@ -122,7 +122,7 @@ _QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|m
                      r"\bautocorrect\w*", re.I)
 _GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
                    r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
-CORRECTED = "!"  # the attribute of the value just given, which a bare correction replaces (``ingest``)
+_NO_VALUE = re.compile(r"(?:the )?(?:one|ones|it|that|this|these|those|what|which|yours?|mine)\b", re.I)
 _CORRECTION = re.compile(r"(?:(?:oh|oops|wait|hmm|hang on|well|sorry)[\s,!.—-]+)*(?:no|nope|oops|my bad|actually)[\s,!.—-]+"
                          r"(?:(?:no|sorry|wait|actually|i mean|i meant)[\s,!.—-]+)*(?:(?:it's|its|it is|they're|"
                          r"they are|he's|she's|i meant|i mean)\s+)?(?:the\s+|a\s+|an\s+)?(?P<v>[^,.!?;—]{1,40}?)"
@@ -188,7 +188,7 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                 earlier = names_in(s[: before.end("v")])  # "just finished Piranesi and it's my new favourite"
                 value = earlier[-1][1] if earlier else ""
             value = re.sub(r"^(?:i think|i guess|for the past \w+ or so|ok|okay)\s+", "", value, flags=re.I)
-        if kind and value and value.lower() not in NOT_VALUES:
+        if kind and value and value.lower() not in NOT_VALUES and not _NO_VALUE.match(value):
             out.append(AttributeStatement(kind, value, adds=bool(re.search(r"\btwo|both|favourites\b", s, re.I))))
     # "I'm a X (at|in|on) ...", "as a X", "bumped up to X", "now I'm X of"
     for m in re.finditer(r"\b(?:i'm|i am|im|i work as|working as|as|promoted to|bumped up to|first (?:\w+ )?as|"
@@ -401,9 +401,9 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     if fix and not _NOT_X.search(sentence) and not out:  # "sorry no, macchiato!", "actually no, dark brown."
         value = clean_value(fix.group("v"))
         typed = next((attr for pos, attr, v in closed if v == value.lower()), "") or by_value(value)
-        named = NAME_RE.fullmatch(value) and len(value.split()) <= 4 and not _FIRST_PERSON.search(value)
-        if value and value.lower() not in NOT_VALUES and (typed or named):
-            out.append(AttributeStatement(typed or CORRECTED, value))
+        # only a value whose own words say its attribute: "No, Paris!" could correct anything
+        if value and value.lower() not in NOT_VALUES and typed:
+            out.append(AttributeStatement(typed, value))
     if _GONE.search(sentence):  # "French is on hold", "Hiroshi is ancient history": what it names ends
         out.append(AttributeStatement("", "", ending=True))
     # "no more dye, no more hair lol": an ending said first speaks of the speaker
@@ -438,7 +438,8 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             out = [st for st in out if st is new or st.value.lower() != old.lower()]
             out[out.index(new)] = AttributeStatement(new.attribute, new.value, adds=new.adds, closes=old)
     gone = [name for pos, name in names if _ENDED_NAME.search(sentence[max(0, pos - 40):pos])]
-    if gone:  # "I cancelled McFit and joined John Reed Fitness": McFit closes, known as a value or not
+    if gone:
+        out = [st for st in out if st.value not in gone or st.replaces]  # "replaced the ThinkPad with ..."  # "I cancelled McFit and joined John Reed Fitness": McFit closes, known as a value or not
         out = [AttributeStatement(st.attribute, st.value, adds=st.adds, replaces=st.replaces, closes=gone[0])
                if st.value and not st.ending and not st.replaces and not st.closes and st.value not in gone else st
                for st in out]

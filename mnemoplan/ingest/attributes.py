@@ -30,7 +30,6 @@ from typing import Any
 
 from mnemoplan.extract.attributes import (
     ATTRIBUTES,
-    CORRECTED,
     FAVOURITE_OF_SOME_KIND,
     AttributeStatement,
     attribute_statements,
@@ -222,12 +221,6 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         elif ATTRIBUTES.get(attribute) and ATTRIBUTES[attribute].multi and named:
             held = named  # "I quit climbing" ends climbing, not every hobby
         return Decision(store=True, supersede=[f.id for f in held], ended=[f.object for f in held])
-    if attribute == CORRECTED:  # "sorry no, macchiato!": the value given last is replaced
-        latest = _current(known)
-        if not latest:
-            return Decision(store=False)
-        attribute = latest[-1].predicate[len(PREDICATE):]
-        _set_attribute(fact, attribute, value)
     if attribute in ("?", FAVOURITE_OF_SOME_KIND):
         # "now I'm at Mercari": the attribute of the latest value said with "at";
         # "my favourite is now X": the kind of the latest favourite

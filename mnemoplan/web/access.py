@@ -49,7 +49,7 @@ def caller_access(request: Request, *, writes: bool, tokens: TokenStore | None =
         writes: Whether the view was started to allow forgetting.
         tokens: The server's tokens; None for a server without any (loopback callers only).
     """
-    if tokens is not None and tokens.configured():
+    if tokens is not None:  # started with tokens: always a token, even once every one is revoked
         token = presented_token(request)
         info = tokens.verify(token) if token else None
         if info is None:

@@ -122,7 +122,7 @@ class WebView:
         async def route(request: Request) -> Response:
             access = caller_access(request, writes=self.writes, tokens=self.tokens)
             if access is None:
-                if self.tokens is not None and self.tokens.configured():
+                if self.tokens is not None:
                     return self._sign_in_page(request, status=401)
                 return HTMLResponse(self._html("error.html", access=None, title="Not allowed",
                                                message="The view answers callers on this machine only."),
@@ -228,7 +228,7 @@ class WebView:
 
     async def sign_in(self, request: Request) -> Response:
         """GET: the form; POST: check the token and keep it in an HttpOnly, same-site cookie."""
-        if self.tokens is None or not self.tokens.configured():
+        if self.tokens is None:
             return RedirectResponse(f"{self.prefix}/", status_code=303)
         if request.method == "GET":
             return self._sign_in_page(request)
@@ -239,8 +239,8 @@ class WebView:
         if self.tokens.verify(token) is None:
             return self._sign_in_page(request, status=401, message="That token is unknown or was revoked.")
         reply = RedirectResponse(f"{self.prefix}/", status_code=303)
-        reply.set_cookie(COOKIE, token, path=self.prefix, httponly=True, samesite="strict",
-                         secure=request.url.scheme == "https")  # fmt: skip
+        https = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"  # behind TLS
+        reply.set_cookie(COOKIE, token, path=self.prefix, httponly=True, samesite="strict", secure=https)
         return reply
 
     async def sign_out(self, request: Request) -> Response:
