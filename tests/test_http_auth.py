@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,24 +30,29 @@ def free_port() -> int:
 
 
 def start_http(data: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``mnemoplan serve --http`` on a free loopback port, once it answers HTTP."""
+    """``mnemoplan serve --http`` on a free loopback port, once uvicorn says it listens (a line on
+    its stderr, copied to ``server.log`` by a thread: a pipe nobody reads fills and blocks it)."""
     port = free_port()
     data.parent.mkdir(parents=True, exist_ok=True)
-    with open(data.parent / "server.log", "wb") as log:  # a file: a pipe nobody reads fills and blocks the server
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mnemoplan", "serve", "--http", "--port", str(port), *args],
-            env=server_env(data), stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_S
-    while True:
-        assert proc.poll() is None, (data.parent / "server.log").read_text()
-        try:
-            httpx2.get(f"{base}/mcp", timeout=5.0)
-            return proc, base
-        except httpx2.TransportError:
-            assert time.monotonic() < deadline, "the HTTP server did not answer"
-            time.sleep(0.2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mnemoplan", "serve", "--http", "--port", str(port), *args],
+        env=server_env(data), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    listening = threading.Event()
+
+    def copy() -> None:
+        with open(data.parent / "server.log", "wb") as log:
+            for line in proc.stderr or []:
+                log.write(line)
+                log.flush()
+                if b"Uvicorn running on" in line:
+                    listening.set()
+        listening.set()  # the server ended: the assertion below says so
+
+    threading.Thread(target=copy, daemon=True).start()
+    assert listening.wait(START_S), "the HTTP server did not start listening"
+    assert proc.poll() is None, (data.parent / "server.log").read_text()
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

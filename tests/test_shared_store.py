@@ -81,15 +81,20 @@ def test_two_stdio_servers_and_the_cli_share_one_store_and_survive_a_kill(tmp_pa
             assert [u["user_id"] for u in json.loads(users.stdout)] == ["alice"]
 
             # The second writes on, through the first; the first is killed mid-write.
+            eight = anyio.Event()
+
             async def write_on() -> None:
                 for i in range(40):
                     text = f"Note number {i} about the garden"
                     await ok(second, "remember", content=text, user_id="alice", session_id="b")
                     acknowledged.append(text)
+                    if len(acknowledged) == 8:
+                        eight.set()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(write_on)
-                await wait_for(lambda: len(acknowledged) >= 8, "writes through the first server")
+                with anyio.fail_after(DEADLINE_S):
+                    await eight.wait()
                 os.kill(pid_first, signal.SIGKILL)
 
             # The second's next call finds the holder gone and takes the directory over (the 40

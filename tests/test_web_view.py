@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,21 +39,18 @@ def filled(service: MemoryService) -> MemoryService:
 def view_url(service: MemoryService) -> Iterator[str]:
     """The view of a filled memory, served by uvicorn on a loopback port in a thread."""
     filled(service)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_view_app(service_caller(service)), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
+    listener = socket.socket()  # bound and listening before the server runs: nothing to wait for
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_view_app(service_caller(service)), log_level="warning",
+                                           lifespan="off"))  # fmt: skip
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:  # uvicorn sets it once it listens; no event to wait on
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the view's server did not start")
-        time.sleep(0.05)
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=30)
+    listener.close()
 
 
 def _browser_or_skip() -> None:
