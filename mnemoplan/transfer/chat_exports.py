@@ -8,7 +8,7 @@ saw it is the path from ``current_node`` up to the root. Claude keeps a list (``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from mnemoplan.transfer.sources import Bad, Conversation, Item, Message, digest, epoch_time, iso_time, json_items, json_lines
@@ -47,21 +47,40 @@ def _chatgpt_path(mapping: dict[str, Any], current: Any) -> list[str]:
     return sorted(mapping, key=when)
 
 
+def _opened(
+    conv: Any, where: str, source: str, *, messages: tuple[str, type, str], time: tuple[str, Callable[[Any], Any]],
+    ids: tuple[str, ...], title: str,
+) -> tuple[Conversation, Any] | Bad:
+    """A conversation of a chat export, empty, and when it started; or why it cannot be read.
+
+    Args:
+        messages: The key of its messages, their container's type, and the problem when absent.
+        time: The key of its start and how to read it (raises ValueError).
+        ids: Keys that may hold its id, in order (else a digest of its title and start).
+        title: The key of its title.
+    """
+    key, kind, missing = messages
+    if not isinstance(conv, dict) or not isinstance(conv.get(key), kind):
+        return Bad(where, missing)
+    try:
+        started = time[1](conv.get(time[0]))
+    except ValueError as exc:
+        return Bad(where, str(exc))
+    cid = next((conv[k] for k in ids if conv.get(k)), None) or digest(str(conv.get(title)), str(started))
+    name = conv.get(title) if isinstance(conv.get(title), str) else ""
+    return Conversation(f"{where} ({name or cid})", f"{source}:{cid}", name, []), started
+
+
 def chatgpt(stream: IO[bytes]) -> Iterator[Item]:
     """Conversations of a ChatGPT export's ``conversations.json``."""
     for n, conv in json_items(stream, "conversations.json"):
         where = f"conversation {n}"
-        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
-            yield Bad(where, "no 'mapping' of messages")
+        opened = _opened(conv, where, "chatgpt", messages=("mapping", dict, "no 'mapping' of messages"),
+                         time=("create_time", epoch_time), ids=("conversation_id", "id"), title="title")  # fmt: skip
+        if isinstance(opened, Bad):
+            yield opened
             continue
-        try:
-            started = epoch_time(conv.get("create_time"))
-        except ValueError as exc:
-            yield Bad(where, str(exc))
-            continue
-        cid = conv.get("conversation_id") or conv.get("id") or digest(str(conv.get("title")), str(started))
-        title = conv.get("title") if isinstance(conv.get("title"), str) else ""
-        out = Conversation(f"{where} ({title or cid})", f"chatgpt:{cid}", title, [])
+        out, started = opened
         mapping = conv["mapping"]
         for nid in _chatgpt_path(mapping, conv.get("current_node")):
             node = mapping[nid]
@@ -100,17 +119,12 @@ def claude(stream: IO[bytes]) -> Iterator[Item]:
     """Conversations of a Claude.ai export's ``conversations.json``."""
     for n, conv in json_items(stream, "conversations.json"):
         where = f"conversation {n}"
-        if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
-            yield Bad(where, "no 'chat_messages' list")
+        opened = _opened(conv, where, "claude", messages=("chat_messages", list, "no 'chat_messages' list"),
+                         time=("created_at", iso_time), ids=("uuid",), title="name")  # fmt: skip
+        if isinstance(opened, Bad):
+            yield opened
             continue
-        try:
-            started = iso_time(conv.get("created_at"))
-        except ValueError as exc:
-            yield Bad(where, str(exc))
-            continue
-        cid = conv.get("uuid") or digest(str(conv.get("name")), str(started))
-        title = conv.get("name") if isinstance(conv.get("name"), str) else ""
-        out = Conversation(f"{where} ({title or cid})", f"claude:{cid}", title, [])
+        out, started = opened
         for i, msg in enumerate(conv["chat_messages"]):
             try:
                 if not isinstance(msg, dict) or msg.get("sender") not in CLAUDE_SENDERS:
