@@ -238,16 +238,15 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         if fresh:
             value = fresh[0]
             _set_attribute(fact, attribute, value)
-    closes = str(meta.pop("_closes", ""))
-    closes = "" if _same(closes, value) else closes  # an old value the message names, held or not
+    closes = str(meta.pop("_closes", ""))  # an old value the message names, held or not
     if any(_same(f.object, value) for f in held):
         return Decision(store=False)
     spec = ATTRIBUTES.get(attribute)
     if (spec is not None and spec.multi) or meta.get("adds"):
-        named = [f for f in held if closes and _same(f.object, closes)]  # "Arabic instead of Spanish"
-        return Decision(store=True, supersede=[f.id for f in named], ended=[f.object for f in named] or
-                        ([closes] if closes else []))  # fmt: skip
-    ended = [f.object for f in held] + ([closes] if closes and not any(_same(f.object, closes) for f in held) else [])
+        held = [f for f in held if closes and _same(f.object, closes)]  # "Arabic instead of Spanish"
+    ended = [f.object for f in held]
+    if closes and not _same(closes, value) and not any(_same(old, closes) for old in ended):
+        ended.append(closes)
     return Decision(store=True, supersede=[f.id for f in held], ended=ended)
 
 
