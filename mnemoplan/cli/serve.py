@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
             from mnemoplan.server.stdio import serve_stdio
 
-            anyio.run(serve_stdio, app)
+            signum = anyio.run(serve_stdio, app)
+            if signum is not None:
+                raise Stopped(signum)
     except KeyboardInterrupt as stop:  # what the server opened, it closed on its way out
         signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
         how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name

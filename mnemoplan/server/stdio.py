@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import threading
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import suppress
@@ -185,11 +186,35 @@ async def stdin_lines(fd: int = 0) -> AsyncIterator[str]:
             yield line
 
 
-async def serve_stdio(app: MCPServer) -> None:
-    """Run ``app`` over stdin/stdout until stdin closes."""
+async def serve_stdio(app: MCPServer) -> int | None:
+    """Run ``app`` over stdin/stdout until stdin closes, or until Ctrl-C or SIGTERM.
+
+    Returns:
+        The number of the signal that stopped the server, None when stdin closed.
+
+    The signals are taken inside the event loop and cancel the server, which closes what it
+    opened on its way out. A KeyboardInterrupt raised by a Python-level handler lands in whichever
+    task runs at that moment, and asyncio then logged it as an unhandled error, with a traceback.
+    """
+    stopped: list[int] = []
     stdin = _Lines(stdin_lines())
-    async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
-        stdin.answer_with(write_stream)
-        # MCPServer.run_stdio_async does the same with the SDK's own stdin reader.
-        server = app._lowlevel_server
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    async with anyio.create_task_group() as tasks:
+
+        async def stop_on_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    stopped.append(signum)
+                    break
+            # A second Ctrl-C or SIGTERM, while the stores close, ends the process at once.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            tasks.cancel_scope.cancel()
+
+        tasks.start_soon(stop_on_signals)
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            stdin.answer_with(write_stream)
+            # MCPServer.run_stdio_async does the same with the SDK's own stdin reader.
+            server = app._lowlevel_server
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        tasks.cancel_scope.cancel()
+    return stopped[0] if stopped else None
