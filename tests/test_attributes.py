@@ -114,6 +114,16 @@ def test_questions_name_the_attribute_they_ask_about_and_whether_the_past() -> N
     assert asked_attribute("When did Caroline move to Sweden?") == ("", False)  # not the asker's
 
 
+def test_a_long_message_that_names_an_attribute_in_passing_asks_about_none() -> None:
+    """An agent's recall gets the user's whole turn: a cue word anywhere in it put the user's
+    current home or employer first for half of such turns."""
+    chatty = ("Hey mate, I'm feeling about 80% better after that flu, ready to get back into my training. "
+              "The new place I live in has a gym downstairs, so let's plan the next block of sessions.")
+    assert asked_attribute(chatty) == ("", False)
+    assert asked_attribute("Thanks, that helps a lot! Remind me where I live these days?") == ("home_city", False)
+    assert asked_attribute("Got it.\nWho do I work for now?") == ("employer", False)
+    assert asked_attribute("remind me my email address")[0] == "email"
+
 def test_a_value_is_named_by_its_distinctive_words_only() -> None:
     assert mentions("the Civic needs a new converter", "Honda Civic")
     assert not mentions("I'm a project manager", "program manager", unlike="project manager")

@@ -127,9 +127,36 @@ _HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|(?:my|the) old|
                       r"in the past|when did|ex|prior|switch(?:ed)? from|left)\b", re.I)
 
 
+# A question about one's own attribute is short ("Where do I work these days?"); a cue word
+# named in passing in a long message ("My guy, I already told you... where do we start?") is not one.
+QUESTION_WORDS = 16
+_ASKING = re.compile(r"(?:what|what's|where|which|who|who's|when|how|do|does|did|am|is|are|remind|tell)\b", re.I)
+
+
+def question_clauses(query: str) -> list[str]:
+    """The short questions and requests of a query: its sentences of at most ``QUESTION_WORDS``
+    words that end with a question mark or start by asking ("remind me where I live")."""
+    out = []
+    for part in re.split(r"(?<=[.!?])\s+|\n+", query.strip()):
+        part = part.strip(" \t*_>-\"'“”")
+        if part and len(part.split()) <= QUESTION_WORDS and (part.endswith("?") or _ASKING.match(part)):
+            out.append(part)
+    return out
+
+
 def asked_attribute(query: str) -> tuple[str, bool]:
     """The attribute of the asker a question asks about, and whether it asks about the past
-    ("Where did I live before?", "When did I move?"); ("", False) for any other question."""
+    ("Where did I live before?", "When did I move?"); ("", False) for any other question, and
+    for a long message that only names an attribute's word in passing (``question_clauses``)."""
+    for clause in question_clauses(query):
+        asked = _asked_in(clause)
+        if asked[0]:
+            return asked
+    return "", False
+
+
+def _asked_in(query: str) -> tuple[str, bool]:
+    """``asked_attribute`` for one short question."""
     if not re.search(r"\b(?:i|i'm|my|me|am i|do i|did i)\b", query, re.I):
         return "", False
     q = query.lower()

@@ -69,8 +69,10 @@ def coverage(keywords: Sequence[str], text: str) -> float:
     wanted = {w[:_STEM] for k in keywords for w in _WORD.findall(k.lower())}
     if not wanted:
         return 1.0
-    words = set(_WORD.findall(text.lower()))
-    return sum(1 for stem in wanted if any(w.startswith(stem) for w in words)) / len(wanted)
+    # Every beginning of every word up to the stem's length: a set lookup per stem, not a scan
+    # of the text's words (a long reply has thousands).
+    starts = {w[:n] for w in set(_WORD.findall(text.lower())) for n in range(1, _STEM + 1)}
+    return sum(1 for stem in wanted if stem in starts) / len(wanted)
 
 
 class ConfidenceScorer:
