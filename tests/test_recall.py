@@ -31,7 +31,6 @@ def test_entities_resolve_whatever_the_case_or_accents(service: MemoryService) -
     for query in ("what did I do with jose garcia", "Lunch with JOSÉ GARCÍA?", "josé-garcía lunch"):
         analysis = service.recall(query, user_id="u").analysis
         assert [e.key for e in analysis.entities if e.known] == ["jose-garcia"], query
-        assert analysis.duration_ms < 50  # resolution is a dictionary look-up, not a search
 
 
 def test_a_named_day_window_finds_what_happened_that_day(service: MemoryService) -> None:
@@ -374,3 +373,4 @@ def test_a_time_said_at_the_ends_of_the_calendar_is_kept_without_its_relative_da
         deep = service.deep_search(query, user_id="u", reference_time=when)
         assert stored[0] in [i.id for i in deep.items]
         assert not [s.error for s in deep.steps if s.error]
+
