@@ -374,3 +374,14 @@ def test_a_time_said_at_the_ends_of_the_calendar_is_kept_without_its_relative_da
         assert stored[0] in [i.id for i in deep.items]
         assert not [s.error for s in deep.steps if s.error]
 
+
+def test_a_verbose_turn_leans_less_on_its_keywords(service: MemoryService) -> None:
+    """An agent passes the user's whole turn: BM25 over twenty keywords ranks whatever shares a
+    handful of common ones; the keyword step of such a query weighs less, a question's does not."""
+    say(service, "s", datetime(2024, 1, 1, tzinfo=UTC), ("user", "The WhatsApp tool must transcribe voice notes"))
+    weight = lambda result: next(s.weight for s in result.trace.plan.steps if s.step_id == "bm25")  # noqa: E731
+    assert weight(service.recall("What must the WhatsApp tool do?", user_id="u")) == 0.5
+    verbose = ("Regarding the WhatsApp project tool from last time, I already gave you the details about voice "
+               "notes, customers, payments and the remittance business. What do you need from me to move forward "
+               "with the plan this week?")
+    assert 0 < weight(service.recall(verbose, user_id="u")) < 0.5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mnemoplan.model import QueryAnalysis, QueryPlan, TimeWindow
+from mnemoplan.model import PlanStep, QueryAnalysis, QueryPlan, TimeWindow
 from mnemoplan.planner import recipes
 
 
@@ -48,6 +48,7 @@ def recall_plan(analysis: QueryAnalysis, *, max_results: int, recipe: QueryPlan 
         steps.append(recipes.TIME_WINDOW_STEP.model_copy(update={"weight": window_weight(window)}))
     if analysis.answer_type == "date":
         steps.append(recipes.DATED_STEP)
+    steps = [verbose_keywords(step, len(analysis.keywords)) if step.step_id == "bm25" else step for step in steps]
     return recipe.model_copy(
         update={
             "query": analysis.query,
@@ -58,3 +59,30 @@ def recall_plan(analysis: QueryAnalysis, *, max_results: int, recipe: QueryPlan 
             "source": "deterministic",
         }
     )
+
+
+# Keywords beyond which a query is verbose: an agent's whole turn rather than a question.
+VERBOSE_KEYWORDS = 12
+
+
+def verbose_keywords(step: PlanStep, keywords: int) -> PlanStep:
+    """The keyword step of a verbose query, weighed down in proportion to its keywords.
+
+    BM25 adds a score for every keyword a memory shares with the query: with twenty of them
+    (a user's whole turn, passed by an agent), any memory sharing a handful of the common ones
+    ranks high, while the embedding reads the turn as one meaning. A question of a dozen
+    keywords or fewer keeps the step's weight.
+    """
+    if keywords <= VERBOSE_KEYWORDS:
+        return step
+    share = VERBOSE_KEYWORDS / keywords
+    return step.model_copy(update={"weight": round(step.weight * share, 4),
+                                   "rationale": f"{step.rationale}{_VERBOSE} ({keywords} keywords)"})
+
+
+_VERBOSE = "; weighed down: a verbose query"
+
+
+def base_rationale(step: PlanStep) -> str:
+    """A step's rationale without what ``verbose_keywords`` added to it."""
+    return step.rationale.split(_VERBOSE)[0]
