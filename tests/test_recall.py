@@ -269,7 +269,8 @@ def test_a_long_reply_is_found_by_its_own_words_not_by_the_turn_before_it(servic
     assert found[ids[0]].scores.get("bm25")
     long_reply = found.get(ids[1])
     assert long_reply is None or not {"bm25", "context"} & set(long_reply.scores)
-    assert found[ids[4]].scores.get("context")  # a short turn still takes its neighbours' score
+    # a user's short answer takes the share of the assistant's question it answers (not a neighbour's score)
+    assert found[ids[4]].scores.get("reply") and not found[ids[4]].scores.get("context")
     # The reply is found by its own words; the short turn after it by the reply's end only.
     market = {i.id: i for i in service.recall("harbour market", user_id="u").items}
     assert market[ids[1]].scores.get("bm25")
@@ -385,3 +386,20 @@ def test_a_verbose_turn_leans_less_on_its_keywords(service: MemoryService) -> No
                "notes, customers, payments and the remittance business. What do you need from me to move forward "
                "with the plan this week?")
     assert 0 < weight(service.recall(verbose, user_id="u")) < 0.5
+
+
+def test_turns_take_their_neighbours_score_between_people_not_from_a_user_to_an_assistant(
+    service: MemoryService,
+) -> None:
+    """Between two people "Yes, last Friday!" means what the turn before asked; a user's request
+    to an assistant says what it is about, and lifted by a matching reply next to it, the
+    user's turns took the places of the answers."""
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    people = say(service, "s1", when, ("Ann", "Did you go to the pottery class?"), ("Bob", "Yes, last Friday!"))
+    agent = say(service, "s2", when, ("user", "Plan my week please"),
+                ("assistant", "Your pottery class is on Friday at six."), ("user", "Thanks, and groceries?"))  # fmt: skip
+    found = {i.id: i for i in service.recall("pottery class", user_id="u", limit=10).items}
+    assert found[people[1]].scores.get("context")
+    assert found[people[0]].scores.get("bm25")
+    for rid in (agent[0], agent[2]):
+        assert rid not in found or not found[rid].scores.get("context")

@@ -66,6 +66,11 @@ def asks_question(kind: str, speaker: str, text: str) -> bool:
     return kind == "message" and speaker.lower() not in REQUESTING_ROLES and _QUESTION_RE.search(text) is not None
 
 
+def requests(kind: str, speaker: str) -> bool:
+    """Whether a message is a turn of one of the ``REQUESTING_ROLES``: a user asking an assistant."""
+    return kind == "message" and speaker.lower() in REQUESTING_ROLES
+
+
 def stands_alone(kind: str, text: str) -> bool:
     """Whether a message is long enough to be read without the turns around it."""
     return kind == "message" and len(_WORD_RE.findall(text)) + len(_UNSPACED_RE.findall(text)) > STANDALONE_WORDS
@@ -251,6 +256,11 @@ class Record(BaseModel):
         """Whether this is a message long enough to stand alone (see ``stands_alone``)."""
         return stands_alone(self.kind, self.text)
 
+    @property
+    def requests(self) -> bool:
+        """Whether this is a user's turn to an assistant (see ``requests``)."""
+        return requests(self.kind, self.speaker)
+
 
 @dataclass(frozen=True, slots=True)
 class RecordHead:
@@ -268,6 +278,7 @@ class RecordHead:
     access_count: int = 0  # not held in memory: rankings that use it read whole records
     asks: bool = False  # a message that asks a question (see ``asks_question``)
     alone: bool = False  # a message long enough to stand alone (see ``stands_alone``)
+    requests: bool = False  # a user's turn to an assistant (see ``requests``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,12 +74,19 @@ def expand_context(
     """Each turn inherits part of the best score of its neighbours in the conversation; not a
     turn long enough to stand alone (an assistant's long reply to the turn that matched), nor
     from one: a long reply matches for what it says itself, and would otherwise lift the short
-    turns around it over itself (a long reply does not drown short turns, nor they it)."""
+    turns around it over itself (a long reply does not drown short turns, nor they it).
+
+    Nor a user's turn to an assistant, nor from one: between two people "Yes, last Friday!"
+    means what the turn before it asked, but a user's request says what it is about, and the
+    user's turns next to a matching reply, lifted by it, took the places of the answers
+    (realmem-dev in bench/README.md). A user's short answer to an assistant's question still
+    gets that question's share (``pass_to_replies``)."""
     if config.context_propagation <= 0:
         return
-    base = {rid: c.score for rid, c in live.items() if not records[rid].alone}
+    apart = {rid for rid in live if records[rid].alone or records[rid].requests}
+    base = {rid: c.score for rid, c in live.items() if rid not in apart}
     for rid, cand in live.items():
-        if records[rid].alone:
+        if rid in apart:
             continue
         after = base.get(next_of.get(rid, ""), 0.0)
         before = base.get(records[rid].prev_id, 0.0) * config.context_backward

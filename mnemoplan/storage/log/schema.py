@@ -160,6 +160,14 @@ def asks(data: pa.Table) -> np.ndarray:
     return pc.fill_null(out, False).to_numpy(zero_copy_only=False).astype(bool)
 
 
+def requests(data: pa.Table) -> np.ndarray:
+    """``Record.requests`` of each row (``model.requests``), computed by pyarrow like ``asks``."""
+    speaker = pc.utf8_lower(pc.fill_null(data.column("speaker"), ""))
+    requesting = pc.is_in(speaker, value_set=pa.array(REQUESTING_ROLES))
+    out = pc.and_(pc.equal(data.column("kind"), "message"), requesting)
+    return pc.fill_null(out, False).to_numpy(zero_copy_only=False).astype(bool)
+
+
 def alone(data: pa.Table) -> np.ndarray:
     """``Record.alone`` of each row (``model.stands_alone``), computed by pyarrow like ``asks``.
 

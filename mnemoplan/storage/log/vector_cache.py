@@ -71,6 +71,7 @@ class UserVectors:
     superseded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     asks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.asks_question
     alone: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.stands_alone
+    requests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.requests
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -83,8 +84,8 @@ class UserVectors:
         """Rows from the log's columns: kind, project_id, occurred_at, session_id, seq, prev_id,
         importance and superseded_by, as lists (None for the log's default) or as arrays without
         nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults. And
-        ``asks`` and ``alone``, derived from the text (``model.asks_question``, ``model.stands_alone``;
-        default False)."""
+        ``asks``, ``alone`` and ``requests``, derived from the speaker and text (``model.asks_question``,
+        ``model.stands_alone``, ``model.requests``; default False)."""
         n = len(ids)
 
         def col(name: str, default: object, dtype: npt.DTypeLike) -> np.ndarray:
@@ -116,6 +117,7 @@ class UserVectors:
             superseded=col("superseded_by", "", object),
             asks=col("asks", False, bool),
             alone=col("alone", False, bool),
+            requests=col("requests", False, bool),
             buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )
 
@@ -144,6 +146,7 @@ class UserVectors:
             superseded=np.concatenate([self.superseded, more.superseded]),
             asks=np.concatenate([self.asks, more.asks]),
             alone=np.concatenate([self.alone, more.alone]),
+            requests=np.concatenate([self.requests, more.requests]),
             buffer=buffer,
         )
 
@@ -165,7 +168,7 @@ class UserVectors:
                     id=rid, project_id=self.projects[i], session_id=self.sessions[i], seq=int(self.seqs[i]),
                     prev_id=self.prev_ids[i], occurred_at=EPOCH + int(self.occurred[i]) * MICROSECOND,
                     importance=float(self.importance[i]), superseded_by=self.superseded[i],
-                    asks=bool(self.asks[i]), alone=bool(self.alone[i]),
+                    asks=bool(self.asks[i]), alone=bool(self.alone[i]), requests=bool(self.requests[i]),
                 )  # fmt: skip
         return out
 
@@ -177,7 +180,7 @@ class UserVectors:
             ids=ids, matrix=matrix, kinds=self.kinds[pick], projects=self.projects[pick],
             occurred=self.occurred[pick], sessions=self.sessions[pick], seqs=self.seqs[pick],
             prev_ids=self.prev_ids[pick], importance=self.importance[pick], superseded=self.superseded[pick],
-            asks=self.asks[pick], alone=self.alone[pick], buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
+            asks=self.asks[pick], alone=self.alone[pick], requests=self.requests[pick], buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )  # fmt: skip
 
     def with_superseded(self, rid: str, by_id: str) -> UserVectors | None:

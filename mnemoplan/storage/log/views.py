@@ -20,6 +20,7 @@ from mnemoplan.storage.log.schema import (
     TOKEN_COLUMNS,
     alone,
     asks,
+    requests,
     head_arrays,
     kind_code_array,
     matrix,
@@ -58,6 +59,7 @@ class UserViews:
         columns = head_arrays(data)
         columns["asks"] = asks(data)
         columns["alone"] = alone(data)
+        columns["requests"] = requests(data)
         entry = UserVectors.build(data.column("id").to_pylist(), matrix(data.column("vector")), columns)
         self.vector_cache.put(user_id, entry, generation)
         return entry

@@ -109,7 +109,8 @@ class LogWriter:
             heads = {name: [getattr(r, name) for r in mine] for name in HEAD_COLUMNS}
             more = UserVectors.build(
                 [r.id for r in mine], vectors[rows],
-                heads | {"asks": [r.asks for r in mine], "alone": [r.alone for r in mine]},
+                heads | {"asks": [r.asks for r in mine], "alone": [r.alone for r in mine],
+                         "requests": [r.requests for r in mine]},
             )  # fmt: skip
             self._vector_cache.extend(user_id, more)
             # The filter columns: the snapshot's.
