@@ -182,7 +182,8 @@ def test_serve_in_a_terminal_says_it_waits_for_a_client_and_stops_on_ctrl_c_or_c
         assert "Traceback" not in shown, shown
     finally:
         terminal.close()
-    if serving:  # stopped cleanly: the stores open again, with what was stored
+    if serving:  # stopped cleanly: the service closed (its socket gone), the stores open again with what was stored
+        assert not (tmp_path / "data" / "serve.sock").exists()
         service = make_service(tmp_path / "data")
         try:
             assert [i.text for i in service.recall("typed", user_id="tty").items] == ["typed in a terminal"]

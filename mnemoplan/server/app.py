@@ -387,7 +387,10 @@ def create_app(
             yield holder
         finally:
             running.remove(holder)
-            await anyio.to_thread.run_sync(holder.close)
+            # Shielded: a stop (Ctrl-C, SIGTERM) cancels the server, and a cancelled await would
+            # raise before the stores closed, leaving what waits to be stored unstored.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(holder.close)
 
     mcp = _MemoryServer(
         "mnemoplan",

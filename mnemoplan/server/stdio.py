@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import ijson
 from anyio import from_thread
-from anyio.abc import ObjectSendStream
+from anyio.abc import ObjectSendStream, TaskStatus
 from anyio.lowlevel import current_token
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
@@ -200,17 +200,22 @@ async def serve_stdio(app: MCPServer) -> int | None:
     stdin = _Lines(stdin_lines())
     async with anyio.create_task_group() as tasks:
 
-        async def stop_on_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    stopped.append(signum)
-                    break
+        async def stop_on_signals(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    task_status.started()
+                    async for signum in signals:
+                        stopped.append(signum)
+                        break
+            except NotImplementedError:  # Windows' event loop takes no signal handlers: Ctrl-C stays
+                task_status.started()  # a KeyboardInterrupt, caught by the CLI
+                return
             # A second Ctrl-C or SIGTERM, while the stores close, ends the process at once.
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             tasks.cancel_scope.cancel()
 
-        tasks.start_soon(stop_on_signals)
+        await tasks.start(stop_on_signals)  # listening before the first message is read
         async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
             stdin.answer_with(write_stream)
             # MCPServer.run_stdio_async does the same with the SDK's own stdin reader.
