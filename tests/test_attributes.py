@@ -123,6 +123,8 @@ def test_a_long_message_that_names_an_attribute_in_passing_asks_about_none() -> 
     assert asked_attribute("Thanks, that helps a lot! Remind me where I live these days?") == ("home_city", False)
     assert asked_attribute("Got it.\nWho do I work for now?") == ("employer", False)
     assert asked_attribute("remind me my email address")[0] == "email"
+    assert asked_attribute("my employer") == ("employer", False)  # a short query is a question as a whole
+    assert asked_attribute("Sure, sounds good. Could you tell me where I work") == ("employer", False)
 
 def test_a_value_is_named_by_its_distinctive_words_only() -> None:
     assert mentions("the Civic needs a new converter", "Honda Civic")

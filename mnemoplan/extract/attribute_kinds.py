@@ -130,12 +130,16 @@ _HISTORY = re.compile(r"\b(?:before|used to|previous\w*|formerly|(?:my|the) old|
 # A question about one's own attribute is short ("Where do I work these days?"); a cue word
 # named in passing in a long message ("My guy, I already told you... where do we start?") is not one.
 QUESTION_WORDS = 16
-_ASKING = re.compile(r"(?:what|what's|where|which|who|who's|when|how|do|does|did|am|is|are|remind|tell)\b", re.I)
+_ASKING = re.compile(r"(?:what|what's|whats|where|which|who|who's|when|how|do|does|did|am|is|are|remind|tell|"
+                     r"can|could|would|please|so|and)\b", re.I)
 
 
 def question_clauses(query: str) -> list[str]:
-    """The short questions and requests of a query: its sentences of at most ``QUESTION_WORDS``
-    words that end with a question mark or start by asking ("remind me where I live")."""
+    """The short questions and requests of a query: the whole query when it is that short ("my
+    employer"), else its sentences of at most ``QUESTION_WORDS`` words that end with a question
+    mark or start by asking ("remind me where I live", "could you tell me where I work")."""
+    if len(query.split()) <= QUESTION_WORDS:
+        return [query.strip()] if query.strip() else []
     out = []
     for part in re.split(r"(?<=[.!?])\s+|\n+", query.strip()):
         part = part.strip(" \t*_>-\"'“”")
