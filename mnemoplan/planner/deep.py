@@ -38,7 +38,7 @@ from mnemoplan.model import (
 )
 from mnemoplan.planner.evaluate import Evaluation, assess_steps, evaluate, revise
 from mnemoplan.planner.confidence import no_match_context
-from mnemoplan.planner.deterministic import base_rationale, verbose_keywords
+from mnemoplan.planner.deterministic import verbose_weight
 from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.planner.formatter import format_context
 from mnemoplan.planner.executor import StepResult
@@ -103,12 +103,10 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
             params["hops"] = 2  # thoroughness over recall's milliseconds
         if step.index == "token_match":  # every user, one too large to hold in memory read from the log
             params.update(scan_log=True, max_memories=0)
-        copy = step.model_copy(update={"params": params})
-        if step.index in config.weights:
-            copy = copy.model_copy(update={"weight": config.weights[step.index], "rationale": base_rationale(step)})
-            if step.step_id == "bm25":  # weighed down as recall's for a verbose query
-                copy = verbose_keywords(copy, len(analysis.keywords))
-        steps.append(copy)
+        weight = config.weights.get(step.index, step.weight)
+        if step.step_id == "bm25" and step.index in config.weights:  # weighed down as recall's for a verbose query
+            weight = verbose_weight(weight, len(analysis.keywords))
+        steps.append(step.model_copy(update={"params": params, "weight": weight}))
     steps.append(PlanStep(step_id="facts", index="fact_store", weight=0.2, rationale="distilled facts"))
     if analysis.answer_type == "list" or analysis.intent in ("broad", "aggregation"):
         steps.append(PlanStep(step_id="hier", index="hierarchical", weight=0.3,

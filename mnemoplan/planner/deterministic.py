@@ -75,14 +75,10 @@ def verbose_keywords(step: PlanStep, keywords: int) -> PlanStep:
     """
     if keywords <= VERBOSE_KEYWORDS:
         return step
-    share = VERBOSE_KEYWORDS / keywords
-    return step.model_copy(update={"weight": round(step.weight * share, 4),
-                                   "rationale": f"{step.rationale}{_VERBOSE} ({keywords} keywords)"})
+    return step.model_copy(update={"weight": verbose_weight(step.weight, keywords),
+                                   "rationale": f"{step.rationale}; weighed down: a verbose query ({keywords} keywords)"})
 
 
-_VERBOSE = "; weighed down: a verbose query"
-
-
-def base_rationale(step: PlanStep) -> str:
-    """A step's rationale without what ``verbose_keywords`` added to it."""
-    return step.rationale.split(_VERBOSE)[0]
+def verbose_weight(weight: float, keywords: int) -> float:
+    """A keyword step's weight for a query of ``keywords`` keywords (see ``verbose_keywords``)."""
+    return weight if keywords <= VERBOSE_KEYWORDS else round(weight * VERBOSE_KEYWORDS / keywords, 4)
