@@ -243,6 +243,20 @@ def test_multi_valued_attributes_accumulate(service: MemoryService) -> None:
     assert len(rows) == 2 and all(not r["superseded_by"] for r in rows)
 
 
+def test_ending_one_value_leaves_the_attribute(service: MemoryService) -> None:
+    # a value of a multi-valued or a lasting attribute ends; the attribute does not
+    service.remember(fact=FactIn(attribute="hobbies", value="climbing"), user_id="u")
+    service.remember(fact=FactIn(attribute="hobbies", value="chess"), user_id="u")
+    service.remember(fact=FactIn(attribute="favourite_food", value="sushi"), user_id="u")
+    tell(service, "u", [("user", "I gave up climbing after my shoulder injury"),
+                        ("user", "sushi is not my favourite food anymore")], start=T0 + timedelta(days=1))
+    rows = service.store.log.select("user_id = 'u' AND kind = 'fact'", ["text", "superseded_by"])
+    held = {r["text"]: bool(r["superseded_by"]) for r in rows}
+    assert held["User's hobby is climbing."] and not held["User's hobby is chess."]
+    assert held["User's favourite food is sushi."]
+    assert not any("any more" in text for text in held)  # no "User has no hobbies any more"
+
+
 # -- the suite ---------------------------------------------------------------------------
 
 

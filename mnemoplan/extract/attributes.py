@@ -67,7 +67,7 @@ _VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|wo
                     r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
                     r"tried|tasting|sample\w*|had to|during the|for (?:a|one|two|three|four|five|a few|\d+) "
                     r"(?:days?|nights?|weeks?))\b", re.I)
-_ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold|quit|quitting|retired|"
+_ENDING = re.compile(r"\b(?:not (?:\w+ ){0,3}(?:anymore|any more)|no longer|sold|quit|quitting|retired|"
                      r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
                      r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
                      r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
@@ -76,7 +76,8 @@ _ENDING = re.compile(r"\b(?:not (?:\w+ ){0,2}(?:anymore|any more)|no longer|sold
                      r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
 _ADD = re.compile(r"\b(?:also|too(?=\s*(?:[,.!?;]|lol|haha|$))|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
                   r"extra|as a side|beside|besides|and my work)\b", re.I)
-_NOT_X = re.compile(r"\bnot\s+(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
+# "KPMG, not Deloitte"; not "not my favourite food", which names an attribute, not a value
+_NOT_X = re.compile(r"\bnot\s+(?!(?:my|our|your|his|her|their)\b)(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
 _ENDED_NAME = re.compile(r"\b(?:sold|quit|left|cancel+ed|closed|dropped|ditched|gave up|switched from|moved on from|"
                          r"moved out of|replaced|instead of)\s+(?:(?:the|my|our|a|an|of)\s+){0,2}$", re.I)
 _INSTEAD = re.compile(r"\binstead of\s+(?:the\s+|my\s+)?", re.I)

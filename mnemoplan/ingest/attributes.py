@@ -206,20 +206,25 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
             return Decision(store=False, supersede=[f.id for f in named], ended=[f.object for f in named])
         return Decision(store=True, supersede=[f.id for f in named], ended=[f.object for f in named])
     if meta.get("ending"):
-        if attribute in LASTING:
-            return Decision(store=False)
         # what the message itself states anew is not what it ends ("vegetarian now, not vegan anymore")
         held = [f for f in _current(known, attribute) if not any(_same(f.object, v) for v in new_values)]
-        if attribute and not held:
-            return Decision(store=False)
         named = [f for f in held if sentence and mentions(sentence, f.object)]
         if not attribute:  # an ending with no attribute named ends what it names: "I left Rakuten"
             held = named
             if not held:
                 return Decision(store=False)
-            _set_attribute(fact, held[0].predicate[len(PREDICATE):], "")
-        elif ATTRIBUTES.get(attribute) and ATTRIBUTES[attribute].multi and named:
+            attribute = held[0].predicate[len(PREDICATE):]
+            _set_attribute(fact, attribute, "")
+        elif named and (attribute in LASTING or _multi(attribute)):
             held = named  # "I quit climbing" ends climbing, not every hobby
+        elif attribute in LASTING:
+            return Decision(store=False)
+        if not held:
+            return Decision(store=False)
+        if attribute in LASTING or (_multi(attribute) and held == named):
+            # the named value ends, the attribute does not: "sushi dropped to second place" leaves a
+            # favourite food, "I gave up climbing" other hobbies; no "has no hobbies any more" fact
+            return Decision(store=False, supersede=[f.id for f in held], ended=[f.object for f in held])
         return Decision(store=True, supersede=[f.id for f in held], ended=[f.object for f in held])
     if attribute in ("?", FAVOURITE_OF_SOME_KIND):
         # "now I'm at Mercari": the attribute of the latest value said with "at";
