@@ -188,6 +188,22 @@ def test_controls_change_nothing(service: MemoryService) -> None:
     assert all(i.current for i in items if "Cork" in i.text)
 
 
+def test_a_newer_message_naming_another_value_leads_whatever_its_phrasing(service: MemoryService) -> None:
+    tell(service, "u", [("user", "my dog Bella is 14 now and she sleeps all day"),
+                        ("user", "first proper walk with Nala this morning, she's 4 months old and a total maniac")])
+    items = ask(service, "u", "what's my dog's name?")
+    assert "Nala" in items[0].text and items[0].kind == "message"
+    assert any("Bella" in i.text and i.kind == "fact" for i in items)  # the fact is not closed by it
+
+
+def test_a_newer_message_about_someone_else_or_a_plan_does_not_lead(service: MemoryService) -> None:
+    tell(service, "u", [("user", "my hair is black and I want a trim"),
+                        ("user", "my daughter went blonde for prom, she's worried about damage"),
+                        ("user", "thinking about going lilac this summer, not decided"),
+                        ("user", "what's the cheapest way to get to Leeds from York")])
+    assert "black" in ask(service, "u", "what colour is my hair?")[0].text
+
+
 def test_a_correction_within_a_session_replaces_at_once(service: MemoryService) -> None:
     tell(service, "u", [("user", "I'm an auditor at Deloitte in Manchester"),
                         ("user", "wait no sorry, KPMG, not Deloitte. I'm at KPMG")], start=T0)

@@ -119,6 +119,7 @@ _OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?n
 # attributes whose value may stand right before the cue, a service's or a thing's name
 NAMED_BEFORE = frozenset({"internet_provider", "bank", "gym", "phone", "laptop", "car", "streaming_service"})
 PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
+UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"})
 _QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
                      r"\bautocorrect\w*", re.I)
 _GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
@@ -349,7 +350,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I)) or bool(_IMPLIED_I.match(sentence))
     if first and not visit:
         for c_start, c_end, attr in cues:
-            if attr in ("job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"):
+            if attr in UNNAMED:
                 continue  # their values are no names
             pick = next(((pos, v) for pos, v in names if pos >= c_end and not any(v.lower() in t for t in taken)
                          and _GAP.fullmatch(sentence[c_end:pos])), None)
@@ -452,3 +453,36 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
             out.append(AttributeStatement(by_value(new), new, replaces=old))
     return out
+
+
+
+_FUTURE = re.compile(r"\b(?:i'll|we'll|i will|we will|going to|gonna)\b", re.I)
+_PLACE_BEFORE = re.compile(r"\b(?:in|to|from|near|around|via)\s+(?:the\s+)?$", re.I)
+
+
+def names_another_value(text: str, attribute: str, held: str) -> bool:
+    """Whether a person's message may say that an attribute now has a value other than ``held``,
+    whatever its phrasing: a plain sentence of theirs (no question, hedge, plan, visit, doubt or
+    other person's clause, and not naming ``held``) names something the value could be: a name
+    (not a place, unless the value is one; not one whose words say another attribute) or a word
+    of the attribute's closed class. Recall uses it for a message the question's search found,
+    newer than the held value's fact ("first proper walk with Nala this morning" after "my old
+    dog Bella"); it is a reason to show that message first, not to close the fact."""
+    spec = ATTRIBUTES.get(attribute)
+    if spec is None or spec.multi or not held or mentions(text, held):
+        return False
+    for sentence in _SENTENCE.split(text[:4000]):
+        sentence = sentence.strip()
+        if (not sentence or sentence.rstrip(" )\"'").endswith("?") or _QUESTION_WORD.match(sentence)
+                or any(p.search(sentence) for p in (_HEDGE, _UNSURE, _FUTURE, _VISIT, _OTHER_FAVOURITE))):
+            continue
+        if any(attr == attribute and not _other_subject(sentence, at) for at, attr, _ in _closed_values(sentence)):
+            return True
+        if attribute in UNNAMED:
+            continue
+        for pos, value in names_in(sentence):
+            kind = by_value(value) or next((attr for at, attr, v in _closed_values(value) if v == value.lower()), "")
+            if (value.lower() not in NOT_VALUES and kind in ("", attribute) and not _other_subject(sentence, pos)
+                    and (attribute in PLACES or not _PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))):
+                return True
+    return False

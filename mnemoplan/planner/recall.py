@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
-from mnemoplan.extract.attributes import asked_attribute
+from mnemoplan.extract.attributes import asked_attribute, names_another_value
 from mnemoplan.search.base import LazyVector, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
@@ -126,6 +126,7 @@ def _with_validity(rec: Record) -> dict[str, Any]:
 
 
 SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
+NEWER_LOOK = 5  # how many of the best candidates may hold a newer statement of the asked attribute
 BROADER = {"neighbourhood": "home_city"}  # an attribute whose value answers a question about another
 
 
@@ -289,6 +290,7 @@ class RecallPipeline:
         rows = select(RecordFilter(user_id, kinds=("fact",), current=None if past else True),
                       ["id", "metadata", "occurred_at", "superseded_by"])
         slots: dict[str, list[tuple[Any, str]]] = {}
+        values: dict[str, str] = {}
         for row in rows:
             meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else (row["metadata"] or {})
             if str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
@@ -296,6 +298,7 @@ class RecallPipeline:
             if past and not (row["superseded_by"] and meta.get("value")):
                 continue
             slots.setdefault(str(meta.get("attribute")), []).append((row["occurred_at"], row["id"]))
+            values[row["id"]] = str(meta.get("value") or "")
         # "Which neighbourhood do I live in?" when only the place one lives in was said
         slot = slots.get(attribute) or slots.get(BROADER.get(attribute, ""), [])
         if not slot:
@@ -310,8 +313,32 @@ class RecallPipeline:
             cand.scores["slot"] = round(raised - cand.score, 4)
             cand.score = raised
             first.append(cand)
+        if not past and attribute in slots:
+            newer = self._said_since(order[:NEWER_LOOK], user_id, attribute, slot[0][0], values[slot[0][1]])
+            if newer is not None:  # a newer message of the asker's may name the value now: it leads
+                newer.score = lead + 1e-3 * (len(slot) + 1)
+                newer.scores["slot"] = 0.0
+                first.insert(0, newer)
         chosen = {c.id for c in first}
         return first + [c for c in order if c.id not in chosen]
+
+    def _said_since(
+        self, top: list[Candidate], user_id: str, attribute: str, since: Any, held: str
+    ) -> Candidate | None:
+        """The best of ``top`` that is the asker's own message, newer than the held value's fact
+        and naming another value it could have (``names_another_value``), if any: the search
+        found it for the question, so it is about the attribute, and the rules that read values
+        may not know its phrasing ("first proper walk with Nala" after "my old dog Bella")."""
+        if not held:
+            return None
+        records = self.records.get(user_id, [c.id for c in top])
+        for cand in top:
+            rec = records.get(cand.id)
+            if (rec is not None and rec.kind == "message" and rec.speaker.lower() in REQUESTING_ROLES
+                    and not rec.superseded_by and rec.occurred_at > since
+                    and names_another_value(rec.text, attribute, held)):
+                return cand
+        return None
 
     def _read_best(self, order: list[Candidate], user_id: str, limit: int) -> tuple[list[Candidate], dict[str, Record]]:
         """The records of the best ``limit`` candidates; one forgotten since ranking makes room
