@@ -196,6 +196,16 @@ def test_a_newer_message_naming_another_value_leads_whatever_its_phrasing(servic
     assert any("Bella" in i.text and i.kind == "fact" for i in items)  # the fact is not closed by it
 
 
+def test_a_name_near_a_cue_changes_a_held_value_but_never_states_the_first(service: MemoryService) -> None:
+    tell(service, "u", [("user", "the groomer says Pepper has lovely fur, our new puppy is so fluffy")])
+    assert not service.store.log.select("user_id = 'u' AND kind = 'fact' AND text LIKE '%pet%'", ["text"])
+    tell(service, "v", [("user", "my dog Rex is 12 and still loves the beach"),
+                        ("user", "Rex was my first dog, I miss how fast he was"),
+                        ("user", "the groomer says Pepper has lovely fur, our new puppy is so fluffy")])
+    rows = service.store.log.select("user_id = 'v' AND kind = 'fact' AND text LIKE '%pet is%'", ["text", "superseded_by"])
+    assert {r["text"]: bool(r["superseded_by"]) for r in rows} == {"User's pet is Rex.": True, "User's pet is Pepper.": False}
+
+
 def test_a_newer_message_about_someone_else_or_a_plan_does_not_lead(service: MemoryService) -> None:
     tell(service, "u", [("user", "my hair is black and I want a trim"),
                         ("user", "my daughter went blonde for prom, she's worried about damage"),

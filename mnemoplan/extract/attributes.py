@@ -142,6 +142,7 @@ class AttributeStatement:
     adds: bool = False  # a value beside the others ("I also speak Spanish")
     replaces: str = ""  # the old value the clause names as no longer true ("not Deloitte", "from X to")
     closes: str = ""  # an old value a change names, held or not ("cancelled McFit and joined X", "X instead of Y")
+    loose: bool = False  # a name near a cue, in no frame: only a change of a value held (``ingest.attributes``)
 
 
 def _cue_positions(sentence: str) -> list[tuple[int, int, str]]:
@@ -326,6 +327,36 @@ def _ended_object(sentence: str, st: AttributeStatement) -> bool:
                           sentence[max(0, at - 60):at], re.I))
 
 
+
+def _kind(value: str) -> str:
+    """The attribute a name's own words give away: "Mazda CX-5" a car, "Spanish" a language."""
+    return by_value(value) or next((attr for _, attr, v in _closed_values(value) if v == value.lower()), "")
+
+
+def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[int, str]], said: set[str],
+           taken: set[str]) -> list[AttributeStatement]:
+    """A name near a cue of an attribute the sentence states nothing else of, whatever the words
+    between ("got season tickets for the Celtics, best team" has no frame the rules read): the
+    nearest name that is the speaker's, no place (unless the value is one) and not of another
+    attribute's kind. Read loosely, it may only change a value already held (``decide``)."""
+    out: list[AttributeStatement] = []
+    if _PAST.search(sentence):
+        return out  # "Deloitte was my summer internship": what held, not what holds
+    for c_start, c_end, attr in cues:
+        if attr in said or attr in UNNAMED or attr in PLACES or ATTRIBUTES[attr].multi:
+            continue  # places are named in passing too often (trips, news) to be read loosely
+        near = sorted((abs(pos - c_start), pos, value) for pos, value in names
+                      if abs(pos - c_start) <= 60 and value.lower() not in taken and value.lower() not in NOT_VALUES
+                      and _kind(value) in ("", attr) and not _other_subject(sentence, pos)
+                      and not re.fullmatch(ATTRIBUTES[attr].cues, value, re.I)  # "my GP"
+                      and not _PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))
+        if near:
+            said.add(attr)
+            taken.add(near[0][2].lower())
+            out.append(AttributeStatement(attr, near[0][2], loose=True))
+    return out
+
+
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
     hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
     visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
@@ -389,6 +420,8 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             if attr:
                 taken.add(value.lower())
                 out.append(AttributeStatement(attr, value, adds=adds))
+        if not _FUTURE.search(sentence):
+            out.extend(_loose(sentence, cues, names, {st.attribute for st in out} | {"?"}, taken))
     if first or corrections:
         for pos, attr, value in closed:
             if value in taken or visit or _other_subject(sentence, pos):
@@ -457,6 +490,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
 
 
 _FUTURE = re.compile(r"\b(?:i'll|we'll|i will|we will|going to|gonna)\b", re.I)
+_PAST = re.compile(r"\b(?:was|were|used to|before|previous(?:ly)?|former(?:ly)?|back then|ex)\b", re.I)
 _PLACE_BEFORE = re.compile(r"\b(?:in|to|from|near|around|via)\s+(?:the\s+)?$", re.I)
 
 
@@ -481,8 +515,7 @@ def names_another_value(text: str, attribute: str, held: str) -> bool:
         if attribute in UNNAMED:
             continue
         for pos, value in names_in(sentence):
-            kind = by_value(value) or next((attr for at, attr, v in _closed_values(value) if v == value.lower()), "")
-            if (value.lower() not in NOT_VALUES and kind in ("", attribute) and not _other_subject(sentence, pos)
+            if (value.lower() not in NOT_VALUES and _kind(value) in ("", attribute) and not _other_subject(sentence, pos)
                     and (attribute in PLACES or not _PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))):
                 return True
     return False

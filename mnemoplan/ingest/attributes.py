@@ -100,7 +100,9 @@ def records_of(message: Record) -> list[Record]:
     if message.kind != "message" or message.speaker.lower() not in REQUESTING_ROLES:
         return []
     statements = attribute_statements(message.text)
-    valued = {st.attribute for st in statements if st.value and st.attribute}
+    valued = {st.attribute for st in statements if st.value and st.attribute and not st.loose}
+    # a loose reading stands only where the message reads nothing else of the attribute
+    statements = [st for st in statements if not (st.loose and st.attribute in valued)]
     endings, values, seen = [], [], set()
     first_of: dict[str, Record] = {}
     for st in statements:
@@ -130,6 +132,8 @@ def _record(message: Record, st: AttributeStatement) -> Record:
                            replaces=st.replaces, sentence=message.text)
     if st.closes:
         rec.metadata["_closes"] = st.closes
+    if st.loose:
+        rec.metadata["loose"] = True
     return rec
 
 
@@ -246,6 +250,8 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
     closes = str(meta.pop("_closes", ""))  # an old value the message names, held or not
     if any(_same(f.object, value) for f in held):
         return Decision(store=False)
+    if meta.get("loose") and not held:
+        return Decision(store=False)  # a loose reading changes a value, it never states the first one
     spec = ATTRIBUTES.get(attribute)
     if (spec is not None and spec.multi) or meta.get("adds"):
         held = [f for f in held if closes and _same(f.object, closes)]  # "Arabic instead of Spanish"
