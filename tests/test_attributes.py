@@ -193,7 +193,10 @@ def test_a_newer_message_naming_another_value_leads_whatever_its_phrasing(servic
                         ("user", "first proper walk with Nala this morning, she's 4 months old and a total maniac")])
     items = ask(service, "u", "what's my dog's name?")
     assert "Nala" in items[0].text and items[0].kind == "message"
-    assert any("Bella" in i.text and i.kind == "fact" for i in items)  # the fact is not closed by it
+    old = [i for i in items if "Bella" in i.text]
+    assert old and all(not i.current and i.metadata["outdated_by"] == items[0].id for i in old)
+    # for this answer only: the store closes a value on a statement it reads, and this is none
+    assert not service.store.log.select("user_id = 'u' AND superseded_by != ''", ["id"])
 
 
 def test_a_name_near_a_cue_changes_a_held_value_but_never_states_the_first(service: MemoryService) -> None:

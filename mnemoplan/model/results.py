@@ -43,7 +43,8 @@ class MemoryItem(BaseModel):
     derived_from: list[str] = Field(default_factory=list, description="Source records of a derived memory.")
     source_ids: list[str] = Field(default_factory=list, description="Host ids of the source messages.")
     current: bool = Field(
-        True, description="False for a fact a newer one superseded, or a message all of whose facts were."
+        True, description="False for a fact a newer one superseded, or a message all of whose facts were "
+        "(or a newer message contradicts it: metadata.outdated_by)."
     )
     access_count: int = Field(0, description="How often searches returned it before (counts land at upkeep).")
     metadata: dict[str, Any] = Field(

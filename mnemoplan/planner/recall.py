@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
-from mnemoplan.extract.attributes import asked_attribute, names_another_value
+from mnemoplan.extract.attributes import asked_attribute, mentions, names_another_value
 from mnemoplan.search.base import LazyVector, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
@@ -123,6 +123,28 @@ def _with_validity(rec: Record) -> dict[str, Any]:
         meta["valid_from"] = start.isoformat()
         meta["valid_to"] = rec.valid_to.isoformat() if rec.valid_to else None
     return meta
+
+
+@dataclass
+class NewerValue:
+    """A newer message of the asker's that names another value of the attribute asked about than
+    the held fact's (``Recall._said_since``): for this answer, what names the held value and is
+    older than the message is outdated, with the message as what outdated it (``mark``). Nothing
+    stored changes: the store closes a value only on a statement it reads."""
+
+    candidate: Candidate
+    at: datetime
+    held: str
+
+    def mark(self, items: list[MemoryItem]) -> list[MemoryItem]:
+        for item in items:
+            if (item.current and item.id != self.candidate.id and item.occurred_at < self.at
+                    and mentions(item.text, self.held)):
+                item.current = False
+                item.metadata["outdated_by"] = self.candidate.id
+                if item.metadata.get("valid_to", "") is None:
+                    item.metadata["valid_to"] = self.at.isoformat()
+        return items
 
 
 SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
@@ -267,7 +289,7 @@ class RecallPipeline:
         rows = heads if heads is not None else self.records.get(scope.user_id, ids)
         rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
-        order = self._slot_first(plan.query, order, scope.user_id)
+        order, newer = self._slot_first(plan.query, order, scope.user_id)
         if heads is None:
             missing = [c.id for c in order[:limit] if c.id not in rows]
             rows = {**rows, **(self.records.get(scope.user_id, missing) if missing else {})}
@@ -276,17 +298,20 @@ class RecallPipeline:
             ranked, records = self._read_best(order, scope.user_id, limit)
         wanted = [s for c in ranked for s in records[c.id].derived_from if s not in records]
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
-        return [to_item(records[c.id], c, sources) for c in ranked], len(cands)
+        items = [to_item(records[c.id], c, sources) for c in ranked]
+        return (newer.mark(items) if newer is not None else items), len(cands)
 
-    def _slot_first(self, query: str, order: list[Candidate], user_id: str) -> list[Candidate]:
+    def _slot_first(self, query: str, order: list[Candidate], user_id: str) -> tuple[list[Candidate], NewerValue | None]:
         """A question about one of the asker's attributes ("Where do I work?") gets its answer
         first: the current value's fact (the newest first; an ending when the value ended), or
         for a question about the past ("Where did I live before?") the superseded values, newest
-        first. Facts about a requesting speaker (a user, who asks) only."""
+        first. Facts about a requesting speaker (a user, who asks) only. A newer message of the
+        asker's that names another value goes before the fact, and what names the held value is
+        returned as outdated (``NewerValue``)."""
         attribute, past = asked_attribute(query)
         select = getattr(self.records, "select", None)
         if not attribute or not order or select is None:
-            return order
+            return order, None
         rows = select(RecordFilter(user_id, kinds=("fact",), current=None if past else True),
                       ["id", "metadata", "occurred_at", "superseded_by"])
         slots: dict[str, list[tuple[Any, str]]] = {}
@@ -302,7 +327,7 @@ class RecallPipeline:
         # "Which neighbourhood do I live in?" when only the place one lives in was said
         slot = slots.get(attribute) or slots.get(BROADER.get(attribute, ""), [])
         if not slot:
-            return order
+            return order, None
         slot.sort(reverse=True)
         by_id = {c.id: c for c in order}
         lead = order[0].score
@@ -313,18 +338,19 @@ class RecallPipeline:
             cand.scores["slot"] = round(raised - cand.score, 4)
             cand.score = raised
             first.append(cand)
+        newer = None
         if not past and attribute in slots:
             newer = self._said_since(order[:NEWER_LOOK], user_id, attribute, slot[0][0], values[slot[0][1]])
             if newer is not None:  # a newer message of the asker's may name the value now: it leads
-                newer.score = lead + 1e-3 * (len(slot) + 1)
-                newer.scores["slot"] = 0.0
-                first.insert(0, newer)
+                newer.candidate.score = lead + 1e-3 * (len(slot) + 1)
+                newer.candidate.scores["slot"] = 0.0
+                first.insert(0, newer.candidate)
         chosen = {c.id for c in first}
-        return first + [c for c in order if c.id not in chosen]
+        return first + [c for c in order if c.id not in chosen], newer
 
     def _said_since(
         self, top: list[Candidate], user_id: str, attribute: str, since: Any, held: str
-    ) -> Candidate | None:
+    ) -> NewerValue | None:
         """The best of ``top`` that is the asker's own message, newer than the held value's fact
         and naming another value it could have (``names_another_value``), if any: the search
         found it for the question, so it is about the attribute, and the rules that read values
@@ -337,7 +363,7 @@ class RecallPipeline:
             if (rec is not None and rec.kind == "message" and rec.speaker.lower() in REQUESTING_ROLES
                     and not rec.superseded_by and rec.occurred_at > since
                     and names_another_value(rec.text, attribute, held)):
-                return cand
+                return NewerValue(cand, rec.occurred_at, held)
         return None
 
     def _read_best(self, order: list[Candidate], user_id: str, limit: int) -> tuple[list[Candidate], dict[str, Record]]:
