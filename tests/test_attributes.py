@@ -199,6 +199,16 @@ def test_a_newer_message_naming_another_value_leads_whatever_its_phrasing(servic
     assert not service.store.log.select("user_id = 'u' AND superseded_by != ''", ["id"])
 
 
+def test_an_older_message_naming_another_value_is_outdated_by_the_fact(service: MemoryService) -> None:
+    # the old value was said where no rule reads it, so the store has nothing to close
+    tell(service, "u", [("user", "I swim at Laugar every morning before work, the hot tubs are the best part"),
+                        ("user", "I joined PureGym last week, it's cheaper and open all night")])
+    items = ask(service, "u", "which gym do I go to?")
+    assert "PureGym" in items[0].text and items[0].kind == "fact"
+    old = [i for i in items if "Laugar" in i.text]
+    assert old and all(not i.current and i.metadata["outdated_by"] == items[0].id for i in old)
+
+
 def test_a_name_near_a_cue_changes_a_held_value_but_never_states_the_first(service: MemoryService) -> None:
     tell(service, "u", [("user", "the groomer says Pepper has lovely fur, our new puppy is so fluffy")])
     assert not service.store.log.select("user_id = 'u' AND kind = 'fact' AND text LIKE '%pet%'", ["text"])
