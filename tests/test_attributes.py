@@ -266,6 +266,14 @@ def test_an_agent_states_a_fact_and_it_supersedes_like_a_message(service: Memory
     assert all(not i.current for i in ask(service, "u", "what car do I drive?") if "Mazda" in i.text)
 
 
+def test_a_value_said_before_the_held_one_is_history_not_a_change(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I drive a Mazda CX-5 now, so much space")], start=T0 + timedelta(days=90))
+    late = service.remember(fact=FactIn(attribute="car", value="Honda Civic", occurred_at=T0), user_id="u")
+    assert late.stored == 0  # dated before the Mazda: it cannot replace it
+    items = ask(service, "u", "what car do I drive?")
+    assert "Mazda" in items[0].text and items[0].current
+
+
 def test_a_stated_fact_is_checked(service: MemoryService) -> None:
     with pytest.raises(InvalidInput):
         service.remember(fact=FactIn(attribute="car"), user_id="u")
@@ -284,9 +292,8 @@ def test_multi_valued_attributes_accumulate(service: MemoryService) -> None:
 
 def test_ending_one_value_leaves_the_attribute(service: MemoryService) -> None:
     # a value of a multi-valued or a lasting attribute ends; the attribute does not
-    service.remember(fact=FactIn(attribute="hobbies", value="climbing"), user_id="u")
-    service.remember(fact=FactIn(attribute="hobbies", value="chess"), user_id="u")
-    service.remember(fact=FactIn(attribute="favourite_food", value="sushi"), user_id="u")
+    for attribute, value in (("hobbies", "climbing"), ("hobbies", "chess"), ("favourite_food", "sushi")):
+        service.remember(fact=FactIn(attribute=attribute, value=value, occurred_at=T0), user_id="u")
     tell(service, "u", [("user", "I gave up climbing after my shoulder injury"),
                         ("user", "sushi is not my favourite food anymore")], start=T0 + timedelta(days=1))
     rows = service.store.log.select("user_id = 'u' AND kind = 'fact'", ["text", "superseded_by"])

@@ -209,6 +209,8 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         if any(_same(f.object, value) for f in _current(known, attribute)):
             return Decision(store=False, supersede=[f.id for f in named], ended=[f.object for f in named])
         return Decision(store=True, supersede=[f.id for f in named], ended=[f.object for f in named])
+    if _said_before(fact, _current(known, attribute), meta):
+        return Decision(store=False)
     if meta.get("ending"):
         # what the message itself states anew is not what it ends ("vegetarian now, not vegan anymore")
         held = [f for f in _current(known, attribute) if not any(_same(f.object, v) for v in new_values)]
@@ -259,6 +261,16 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
     if closes and not _same(closes, value) and not any(_same(old, closes) for old in ended):
         ended.append(closes)
     return Decision(store=True, supersede=[f.id for f in held], ended=ended)
+
+
+def _said_before(fact: Record, held: list[KnownFact], meta: dict[str, Any]) -> bool:
+    """Whether a value or an ending was said before the attribute's held value: read late (an
+    LLM reads a session after the rules) or dated back (an agent's fact, an import), it is
+    history, and must not replace what was said after it. A value beside the others may still
+    add; an unnamed attribute ("now I'm at X") is resolved later, against the latest value."""
+    if not held or meta.get("adds") or meta.get("replaces") or _multi(str(meta["attribute"])):
+        return False
+    return any(f.said_at is not None and f.said_at > fact.occurred_at for f in held)
 
 
 def _set_attribute(fact: Record, attribute: str, value: str) -> None:

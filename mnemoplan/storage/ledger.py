@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.table import LanceLog
 
 SUMMARIZER = "extractive"  # the metadata that marks a session summary the write path made
-_COLUMNS = ["id", "content_hash", "source_id", "session_id", "seq", "kind", "metadata", "superseded_by", "mention_count"]
+_COLUMNS = ["id", "content_hash", "source_id", "session_id", "seq", "kind", "metadata", "superseded_by", "mention_count",
+            "occurred_at"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class KnownFact:
     vector: np.ndarray
     mentions: int = 1
     hedged: bool = False
+    said_at: datetime | None = None  # when what it says was said (a late reading of an older message is history)
 
 
 def is_hedged(meta: dict) -> bool:
@@ -97,7 +100,7 @@ class UserLedger:
         for i in pending:
             if ids[i] in vectors:
                 ledger.add_fact(ids[i], json.loads(cols["metadata"][i] or "{}"), vectors[ids[i]],
-                                int(cols["mention_count"][i] or 1))  # fmt: skip
+                                int(cols["mention_count"][i] or 1), said_at=cols["occurred_at"][i])  # fmt: skip
         return ledger
 
     def _note_summary(self, rid: str, session_id: str, meta: dict) -> None:
@@ -194,7 +197,10 @@ class UserLedger:
         elif rec.kind == "fact" and vector is not None:
             self.add_fact(rec.id, rec.metadata, vector, rec.mention_count, rec)
 
-    def add_fact(self, rid: str, meta: dict, vector: np.ndarray, mentions: int = 1, rec: Record | None = None) -> None:
+    def add_fact(
+        self, rid: str, meta: dict, vector: np.ndarray, mentions: int = 1, rec: Record | None = None,
+        said_at: datetime | None = None,
+    ) -> None:
         """Remember a current fact under its subject (once)."""
         if rid in self._subject_of:
             return
@@ -203,7 +209,7 @@ class UserLedger:
             subject = next((m.key for m in rec.entities if m.role == "subject"), "")
         known = KnownFact(rid, subject, str(meta.get("predicate", "")), str(meta.get("object", "")),
                           bool(meta.get("negated", False)), np.asarray(vector, dtype=np.float32), mentions,
-                          is_hedged(meta))  # fmt: skip
+                          is_hedged(meta), said_at or (rec.occurred_at if rec is not None else None))  # fmt: skip
         self.facts.setdefault(subject, []).append(known)
         self._subject_of[rid] = subject
 
