@@ -254,6 +254,44 @@ def test_llm_extraction_failures_lose_nothing_and_are_retried(tmp_path: Path) ->
             svc.close()
 
 
+def test_the_llm_reads_attributes_the_rules_do_not_and_they_supersede_like_the_rules(tmp_path: Path) -> None:
+    def respond(body: dict[str, Any]) -> Reply:
+        prompt = json.dumps(body)
+        facts = []
+        if "Zalando" in prompt:  # a phrasing no rule reads; the LLM says what it means
+            facts.append({"content": "The user works at Zalando", "subject": "user", "predicate": "works at",
+                          "object": "Zalando", "sources": [1], "attribute": "employer", "value": "Zalando"})
+        if "Farfetch" in prompt:  # what the rules read too: the same value again, nothing new
+            facts.append({"content": "The user works at Farfetch", "subject": "user", "predicate": "works at",
+                          "object": "Farfetch", "sources": [1], "attribute": "employer", "value": "Farfetch"})
+        return Reply(json.dumps({"facts": facts}))
+
+    with LoopbackMessagesServer() as server:
+        server.responder = respond
+        svc = extraction_service(tmp_path, server)
+        try:
+            day = datetime(2025, 3, 1, tzinfo=UTC)
+            for i, (session, text) in enumerate([("a", "I work at Farfetch and the team is lovely"),
+                                                 ("a", "what should I cook tonight?"),
+                                                 ("b", "first week with the Zalando crew went great!!"),
+                                                 ("b", "any tips for a long commute?")]):
+                svc.remember(messages=[MessageIn(content=text, speaker="user", occurred_at=day.replace(month=3 + i))],
+                             user_id="u", session_id=session)
+            wait_until(lambda: not svc.extraction.pending)
+            svc.extraction.drain()
+            items = svc.recall("where do I work?", user_id="u", limit=5).items
+            assert "Zalando" in items[0].text and items[0].kind == "fact" and items[0].current
+            assert items[0].metadata["extractor"] == "llm"
+            assert all(not i.current for i in items if "Farfetch" in i.text)
+            rows = svc.store.log.select("user_id = 'u' AND kind = 'fact'", ["text", "metadata", "superseded_by"])
+            employer = sorted((json.loads(r["metadata"])["extractor"], r["text"], bool(r["superseded_by"]))
+                              for r in rows if json.loads(r["metadata"]).get("attribute") == "employer")
+            # one fact per value: the LLM's reading of Farfetch is the rules' again, and adds nothing
+            assert employer == [("attributes", "User works at Farfetch.", True), ("llm", "User works at Zalando.", False)]
+        finally:
+            svc.close()
+
+
 def test_a_message_forgotten_while_the_llm_reads_its_batch_leaves_no_fact(tmp_path: Path) -> None:
     """The LLM reads a whole batch; a message of it forgotten before the facts are stored may be
     in any of them (whatever they cite): the facts are dropped and what is left is read again."""

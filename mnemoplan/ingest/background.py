@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -19,9 +20,11 @@ from pathlib import Path
 
 from mnemoplan.errors import MnemoError
 from mnemoplan.extract.names import entity_key
+from mnemoplan.ingest.attributes import attribute_record
 from mnemoplan.ingest.llm_extractor import ExtractedFact, Extraction
 from mnemoplan.ingest.pipeline import Ingestor, SourcesGone
 from mnemoplan.model import EntityMention, Record
+from mnemoplan.model.records import REQUESTING_ROLES
 
 log = logging.getLogger(__name__)
 _SEP = "\x1f"
@@ -50,6 +53,21 @@ def llm_fact_record(user_id: str, messages: dict[str, Record], fact: ExtractedFa
         importance=round(0.7 * (0.5 + fact.confidence / 2), 3), entities=entities,
         event_start=day, event_end=day.replace(hour=23, minute=59) if day else None, valid_from=first.occurred_at,
     )  # fmt: skip
+
+
+def llm_attribute_record(messages: dict[str, Record], fact: ExtractedFact) -> Record | None:
+    """The attribute fact of what the LLM read, when it names an attribute of the person an agent
+    serves, said by them (as the rules read only theirs: ``attributes.records_of``); decided
+    like the rules' (``attributes.decide``). None otherwise."""
+    source = next((messages[s] for s in fact.sources if s in messages), None)
+    attribute = re.sub(r"[^a-z0-9]+", "_", fact.attribute.strip().lower()).strip("_")
+    if (source is None or not attribute or not (fact.value or fact.ended) or source.kind != "message"
+            or source.speaker.lower() not in REQUESTING_ROLES
+            or entity_key(fact.subject) not in ("", "i", "me", entity_key(source.speaker))):
+        return None
+    ending = fact.ended and not fact.value
+    return attribute_record(source, source.speaker, attribute, "" if ending else fact.value, ending=ending,
+                            adds=fact.adds, sentence=source.text, extractor="llm")
 
 
 class BackgroundExtraction:
@@ -128,8 +146,10 @@ class BackgroundExtraction:
             records = self._fetch(user_id, batch)
             messages = [records[i] for i in batch if i in records]
             extraction = self._extract(sorted(messages, key=lambda r: r.seq)) if messages else None
-            facts = [llm_fact_record(user_id, {m.id: m for m in messages}, f) for f in extraction.facts] \
+            by_id = {m.id: m for m in messages}
+            facts = [llm_attribute_record(by_id, f) or llm_fact_record(user_id, by_id, f) for f in extraction.facts] \
                 if extraction else []  # fmt: skip
+            facts.sort(key=lambda f: f.occurred_at)  # attribute values decided in the order they were said
             self._ingestor.add_facts(user_id, facts, read=[m.id for m in messages])
         except SourcesGone:  # part of the batch was forgotten since: read again what is left of it
             log.info("a message of an LLM extraction batch was forgotten meanwhile; the batch is read again")

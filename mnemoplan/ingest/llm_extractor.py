@@ -21,10 +21,16 @@ EXTRACTOR_SYSTEM = (
     "You extract durable memories from a conversation: facts about people, their preferences, plans, "
     "relationships and events, and procedures (how someone does something). Resolve 'I', 'my', 'we' to the "
     "speaker's name and relative times ('yesterday', 'last week') to dates using each message's date. Skip "
-    "small talk, questions and anything not stated. " + JSON_ONLY + ' Schema: {"facts": [{"kind": "fact" | '
+    "small talk, questions and anything not stated. A fact that says what one of a person's attributes now is "
+    "(where they live or work, their job, partner, pet, car, phone, bank, diet, a favourite, ...) also names "
+    "it: attribute (snake_case, e.g. home_city, employer, job_title, partner, pet, car, diet, favourite_food), "
+    "value ('' when it ended with no new one: 'I sold my car'), ended, and adds (true for one more beside "
+    "others: 'a second cat'); not for a visit, a plan, a wish or someone else's. "
+    + JSON_ONLY + ' Schema: {"facts": [{"kind": "fact" | '
     '"procedure", "content": "<one standalone sentence>", "subject": "<name>", "predicate": "<verb phrase>", '
     '"object": "<what>", "negated": false, "entities": ["<name>"], "confidence": <0-1>, '
-    '"event_date": "<YYYY-MM-DD or null>", "sources": [<message numbers>]}]}'
+    '"event_date": "<YYYY-MM-DD or null>", "sources": [<message numbers>], "attribute": "<name or null>", '
+    '"value": "<value>", "ended": false, "adds": false}]}'
 )
 
 
@@ -39,6 +45,10 @@ class _Fact(BaseModel):
     confidence: float = 0.8
     event_date: str | None = None
     sources: list[int] = Field(default_factory=list)
+    attribute: str | None = None
+    value: str | None = ""
+    ended: bool = False
+    adds: bool = False
 
 
 class _Reply(BaseModel):
@@ -59,6 +69,10 @@ class ExtractedFact:
     confidence: float
     event_date: datetime | None
     sources: tuple[str, ...]
+    attribute: str = ""  # an attribute of the subject with one current value (or several that add up)
+    value: str = ""
+    ended: bool = False
+    adds: bool = False
 
 
 @dataclass
@@ -112,6 +126,8 @@ class LLMFactExtractor:
                 object=fact.object, negated=fact.negated, entities=tuple(fact.entities),
                 confidence=min(1.0, max(0.0, fact.confidence)), event_date=_date(fact.event_date),
                 sources=sources or tuple(m.id for m in messages),
+                attribute=(fact.attribute or "").strip(), value=(fact.value or "").strip(), ended=fact.ended,
+                adds=fact.adds,
             ))  # fmt: skip
         return Extraction(facts, reply.usage)
 
