@@ -188,13 +188,18 @@ def test_controls_change_nothing(service: MemoryService) -> None:
     assert all(i.current for i in items if "Cork" in i.text)
 
 
+def outdated_by_the_first(items: list[MemoryItem], name: str) -> bool:
+    """Whether items naming ``name`` are returned, each outdated, for this answer, by the first item."""
+    old = [i for i in items if name in i.text]
+    return bool(old) and all(not i.current and i.metadata["outdated_by"] == items[0].id for i in old)
+
+
 def test_a_newer_message_naming_another_value_leads_whatever_its_phrasing(service: MemoryService) -> None:
     tell(service, "u", [("user", "my dog Bella is 14 now and she sleeps all day"),
                         ("user", "first proper walk with Nala this morning, she's 4 months old and a total maniac")])
     items = ask(service, "u", "what's my dog's name?")
     assert "Nala" in items[0].text and items[0].kind == "message"
-    old = [i for i in items if "Bella" in i.text]
-    assert old and all(not i.current and i.metadata["outdated_by"] == items[0].id for i in old)
+    assert outdated_by_the_first(items, "Bella")
     # for this answer only: the store closes a value on a statement it reads, and this is none
     assert not service.store.log.select("user_id = 'u' AND superseded_by != ''", ["id"])
 
@@ -205,8 +210,7 @@ def test_an_older_message_naming_another_value_is_outdated_by_the_fact(service: 
                         ("user", "I joined PureGym last week, it's cheaper and open all night")])
     items = ask(service, "u", "which gym do I go to?")
     assert "PureGym" in items[0].text and items[0].kind == "fact"
-    old = [i for i in items if "Laugar" in i.text]
-    assert old and all(not i.current and i.metadata["outdated_by"] == items[0].id for i in old)
+    assert outdated_by_the_first(items, "Laugar")
 
 
 def test_a_name_near_a_cue_changes_a_held_value_but_never_states_the_first(service: MemoryService) -> None:
