@@ -30,9 +30,48 @@ from mnemoplan.extract.attribute_kinds import (
     mentions,
     value_terms,
 )
+from mnemoplan.extract.attribute_patterns import (
+    ADD,
+    ASKS,
+    AT_FRAME,
+    COPULA,
+    COPULA_NOUNS,
+    CORRECTION,
+    DENIED,
+    ENDED_NAME,
+    ENDING,
+    FIRST_PERSON,
+    FROM_TO,
+    FUTURE,
+    GAP,
+    GONE,
+    HEDGE,
+    IMPLIED_I,
+    INSTEAD,
+    IN_FRAME,
+    NAMED_BEFORE,
+    NOT_X,
+    NO_VALUE,
+    OTHER_FAVOURITE,
+    OTHER_SUBJECT,
+    OWNED,
+    OWNER,
+    PAST,
+    PLACES,
+    PLACE_BEFORE,
+    QUESTION_WORD,
+    QUOTED,
+    RELATION_CUE,
+    SAYING,
+    SENTENCE,
+    SUBJECT_I,
+    TAKE_TO_WORK,
+    UNNAMED,
+    UNSURE,
+    VISIT,
+)
 from mnemoplan.extract.attribute_words import (
     EMAIL_RE,
-    NAME_RE,
     NAMEISH,
     NOT_VALUES,
     by_value,
@@ -44,92 +83,6 @@ from mnemoplan.extract.attribute_words import (
 __all__ = ["ATTRIBUTES", "FAVOURITE_OF_SOME_KIND", "AttributeStatement", "Attribute", "asked_attribute",
            "attribute_statements", "mentions", "value_terms"]
 
-
-
-_RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
-              r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
-              r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
-_OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{_RELATIONS})(?:'s)?\b|"
-                            r"\b(?:he|she|they)\b(?!'s a )", re.I)
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
-_SUBJECT_I = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've)\b", re.I)
-_DENIED = re.compile(r"\b(?:don't|dont|do not|doesn't|does not|didn't|did not|never|not|no longer|isn't|aren't|"
-                     r"wasn't|weren't|won't|can't|cannot)\b", re.I)
-# Doubt about the whole sentence, wherever it is said ("I think I moved to Porto, not sure")
-_UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly|unsure|not certain|kinda|sort of)\b",
-                     re.I)
-_HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
-                    r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
-                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*|when i'm|when i am|"
-                    r"when i turn|once i'm|once i turn|by the time i)\b", re.I)
-_VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
-                    r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
-                    r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
-                    r"tried|tasting|sample\w*|had to|during the|for (?:a|one|two|three|four|five|a few|\d+) "
-                    r"(?:days?|nights?|weeks?))\b", re.I)
-_ENDING = re.compile(r"\b(?:not (?:\w+ ){0,3}(?:anymore|any more)|no longer|sold|quit|quitting|retired|"
-                     r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
-                     r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
-                     r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
-                     r"said goodbye|without a|no more|car-free|have no|got no|no \w+ at all|gave (?:away )?(?:my|our|the)|don't have (?:a|an|any)|do not have|got rid of|"
-                     r"dropped|shut off|shut down|not a \w+ anymore|is gone|are gone|is on hold|on hold|"
-                     r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
-_ADD = re.compile(r"\b(?:also|too(?=\s*(?:[,.!?;]|lol|haha|$))|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
-                  r"extra|as a side|beside|besides|and my work)\b", re.I)
-# "KPMG, not Deloitte"; not "not my favourite food", which names an attribute, not a value
-_NOT_X = re.compile(r"\bnot\s+(?!(?:my|our|your|his|her|their)\b)(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
-_ENDED_NAME = re.compile(r"\b(?:sold|quit|left|cancel+ed|closed|dropped|ditched|gave up|switched from|moved on from|"
-                         r"moved out of|replaced|instead of)\s+(?:(?:the|my|our|a|an|of)\s+){0,2}$", re.I)
-_INSTEAD = re.compile(r"\binstead of\s+(?:the\s+|my\s+)?", re.I)
-_FROM_TO = re.compile(r"\bfrom\s+(?P<old>[^,.!?;]+?)\s+to\s+(?P<new>[^,.!?;]+)", re.I)
-# What may stand between a cue and its value: "work at", "moved to the", "my dog, Moose", "drive a 2012"
-_GAP = re.compile(r"[\s,:\-–]*(?:(?:at|in|to|for|with|from|on|is|are|was|named|called|now|the|a|an|my|our|new|old|"
-                  r"little|current|two|of|by|into|as|over|here|there|\d+|dr\.?|mr\.?|ms\.?|mrs\.?)\b[\s,:\-–]*){0,4}",
-                  re.I)
-_RELATION_CUE = re.compile(r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|pet|dog|cat|kitten|puppy|"
-                           r"hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle", re.I)
-_AT_FRAME = re.compile(r"(?:\b(?:i'm|i am|im|now|we're)\s+(?:now\s+)?(?:at|with|on)|\b(?:joined|switched to|"
-                       r"upgraded to|changed to|started at|transferred to|went with|signed up (?:with|for|at)|"
-                       r"went over to|now with))\s+(?:the\s+)?$", re.I)
-_IN_FRAME = re.compile(r"\b(?:i'm|i am|im|we're|we are|now)\s+(?:now\s+)?(?:in|based in|living in)\s+$", re.I)
-# "my new iPhone 13", "our old Rogers": what stands right after "my" is the speaker's own
-_OWNED = re.compile(r"\b(?:my|our)\s+(?:(?:new|old|current|little|trusty|brand new|first)\s+)*$", re.I)
-# Nouns that name a lower-case value in "my N is V" / "V is my N" (the value is no name)
-_COPULA_NOUNS = {"hobby": "hobbies", "pastime": "hobbies", "passion": "hobbies", "usual": "coffee_order",
-                 "go-to": "coffee_order", "order": "coffee_order", "drink": "coffee_order"}
-_COPULA = re.compile(r"\bmy\s+(?:(?:main|usual|new|current|coffee|big|favou?rite|only|real)\s+)?(?P<noun>hobby|pastime|passion|"
-                     r"usual|go-to|order|drink)\s+(?:now\s*)?(?:is|=|:)\s+(?:now\s+)?(?:an?\s+|the\s+)?(?P<v>[^,.!?;:()]+)|"
-                     r"(?:^|[,;]\s*)(?P<v2>[a-z][\w\s-]{1,30}?)\s+(?:is|has become)\s+(?:now\s+)?my\s+(?:(?:main|new|only|"
-                     r"big|real)\s+)?(?P<noun2>hobby|pastime|passion|go-to|drink)\b", re.I)
-# Chat drops the "I": "finally sold the Civic and bought a Mazda", "switched to Chennai Super Kings"
-_IMPLIED_I = re.compile(r"(?:(?:ok|okay|so|well|and|also|finally|just|recently|officially|big news:?|update:?)[\s,!]+)*"
-                        r"(?:got|bought|sold|left|quit|joined|switched|moved|started|began|took up|swapped|traded|"
-                        r"changed|upgraded|replaced|finished|adopted|signed up|ditched|dropped|gave up)\b", re.I)
-_QUESTION_WORD = re.compile(r"(?:what|how|which|is|are|should|can|could|do|does|did|where|who|why|when|will|would|"
-                            r"shall|may|might|has|have|any|anyone)\b", re.I)
-_ASKS = re.compile(r"[,;:]\s+(?:(?:and|so|but|or|ok)\s+)?" + _QUESTION_WORD.pattern, re.I)
-_TAKE_TO_WORK = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:take|ride|catch|get)\s+(?:the\s+|a\s+|an\s+)?"
-                           r"(?P<v>[\w+-]+(?:\s+[\w+-]+)?)\s+(?:to|into)\s+(?:work|the office)\b", re.I)
-# a favourite of a kind memory keeps no slot for ("favourite character", "favourite colour")
-_OTHER_FAVOURITE = re.compile(FAVOURITE_WORD + r"\s+(?!(?:is|are|was|now|has|had|ever|of|too|by|and|but|so|lol|haha|"
-                              r"though|tho|at|for|in|on|right|these|this|atm|again)\b)[a-z]+", re.I)
-# whose a partner or pet is: "my girlfriend", "our cat", "the new kitten", "we got a hamster"
-_OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?new\s+$|"
-                    r"\b(?:got|adopted|have|bought|rescued)\s+(?:a|an|the)\s+(?:\w+\s+)?$", re.I)
-# attributes whose value may stand right before the cue, a service's or a thing's name
-NAMED_BEFORE = frozenset({"internet_provider", "bank", "gym", "phone", "laptop", "car", "streaming_service"})
-PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
-UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"})
-_QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
-                     r"\bautocorrect\w*", re.I)
-_GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
-                   r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
-_NO_VALUE = re.compile(r"(?:the )?(?:one|ones|it|that|this|these|those|what|which|yours?|mine)\b", re.I)
-_CORRECTION = re.compile(r"(?:(?:oh|oops|wait|hmm|hang on|well|sorry)[\s,!.—-]+)*(?:no|nope|oops|my bad|actually)[\s,!.—-]+"
-                         r"(?:(?:no|sorry|wait|actually|i mean|i meant)[\s,!.—-]+)*(?:(?:it's|its|it is|they're|"
-                         r"they are|he's|she's|i meant|i mean)\s+)?(?:the\s+|a\s+|an\s+)?(?P<v>[^,.!?;—]{1,40}?)"
-                         r"\s*(?:[,.!?;—]|$)", re.I)
-_SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 
 @dataclass(frozen=True)
@@ -174,7 +127,7 @@ def _frames(sentence: str) -> list[AttributeStatement]:
         kind = FAVOURITE_KINDS.get((m.group("kind") or "").lower())
         if kind is None:
             kind = next((v for k, v in FAVOURITE_KINDS.items() if re.search(rf"\b{k}\b", s, re.I)), None)
-        if kind is None and not _OTHER_FAVOURITE.match(s, m.start()):
+        if kind is None and not OTHER_FAVOURITE.match(s, m.start()):
             kind = FAVOURITE_OF_SOME_KIND  # "my favourite is now X"; not "my favourite character"
         value = ""
         if m.group("kind") and m.group("kind").lower() not in FAVOURITE_KINDS:
@@ -191,7 +144,7 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                 earlier = names_in(s[: before.end("v")])  # "just finished Piranesi and it's my new favourite"
                 value = earlier[-1][1] if earlier else ""
             value = re.sub(r"^(?:i think|i guess|for the past \w+ or so|ok|okay)\s+", "", value, flags=re.I)
-        if kind and value and value.lower() not in NOT_VALUES and not _NO_VALUE.match(value):
+        if kind and value and value.lower() not in NOT_VALUES and not NO_VALUE.match(value):
             out.append(AttributeStatement(kind, value, adds=bool(re.search(r"\btwo|both|favourites\b", s, re.I))))
     # "I'm a X (at|in|on) ...", "as a X", "bumped up to X", "now I'm X of"
     for m in re.finditer(r"\b(?:i'm|i am|im|i work as|working as|as|promoted to|bumped up to|first (?:\w+ )?as|"
@@ -217,16 +170,16 @@ def _frames(sentence: str) -> list[AttributeStatement]:
                 out.append(AttributeStatement("favourite_team", team[0][1]))
     # "my usual is an oat flat white", "my hobby is rock climbing", "boxing is my hobby": a phrase
     # named by a noun of a lower-case attribute
-    for m in _COPULA.finditer(s):
+    for m in COPULA.finditer(s):
         noun = (m.group("noun") or m.group("noun2")).lower()
         value = phrase_after(s, m.start("v")) if m.group("v") else clean_value(m.group("v2") or "")
-        kind = _COPULA_NOUNS.get(noun.split()[-1])
+        kind = COPULA_NOUNS.get(noun.split()[-1])
         if kind == "coffee_order" and not re.search(rf"\b(?:{ATTRIBUTES['coffee_order'].cues}|tea|chai|mocha)\b", value, re.I):
             kind = None  # "my usual is the 7:40 train"
         if kind and value and value.lower() not in NOT_VALUES and len(value.split()) <= 4:
             out.append(AttributeStatement(kind, value))
     # "I take the Overground to work", "we ride the ferry into the office"
-    for m in _TAKE_TO_WORK.finditer(s):
+    for m in TAKE_TO_WORK.finditer(s):
         if clean_value(m.group("v")).lower() not in NOT_VALUES:
             out.append(AttributeStatement("commute", clean_value(m.group("v"))))
     # "I'm 34", "I turned 40", "34 years old"
@@ -243,13 +196,13 @@ def attribute_statements(text: str) -> list[AttributeStatement]:
     """What a message says of its speaker's attributes, in order (the speaker speaks in the first person)."""
     out: list[AttributeStatement] = []
     previous = ""
-    for sentence in _SENTENCE.split(text[:4000]):
+    for sentence in SENTENCE.split(text[:4000]):
         sentence = sentence.strip()
         if sentence.rstrip(" )\"'").endswith("?") and not re.search(r"[.!]", sentence):
             # a question states nothing, but a clause before it may: "my Skoda needs new tyres, what size?"
-            asks = _ASKS.search(sentence)
+            asks = ASKS.search(sentence)
             sentence = sentence[: asks.start()] if asks else ""
-            if _QUESTION_WORD.match(sentence):
+            if QUESTION_WORD.match(sentence):
                 continue
         if not sentence:
             continue
@@ -268,16 +221,13 @@ def attribute_statements(text: str) -> list[AttributeStatement]:
 def _other_subject(sentence: str, at: int) -> bool:
     """Whether the words before ``at`` make the clause someone else's ("my brother just moved to")."""
     head = sentence[:at]
-    other = list(_OTHER_SUBJECT.finditer(head))
+    other = list(OTHER_SUBJECT.finditer(head))
     if not other:
         return False
-    mine = [m for m in _SUBJECT_I.finditer(head) if m.start() > other[-1].end()]
+    mine = [m for m in SUBJECT_I.finditer(head) if m.start() > other[-1].end()]
     return not mine
 
 
-_SAYING = re.compile(r"^(?:(?:oh|oops|wait|no|sorry|hmm|actually|nooo+|ok|so|well|hang on)\W*\s*)*"
-                     r"(?:(?:it's|it is|its|he's|she's|he is|she is|they're|i'm|i am|my \w+ is|that's)\s+)?"
-                     r"(?:(?:a|an|the|actually|really)\s+)*", re.I)
 
 
 def _corrected(sentence: str, m: re.Match[str], previous: str) -> str:
@@ -285,12 +235,12 @@ def _corrected(sentence: str, m: re.Match[str], previous: str) -> str:
     Deloitte", "a Shiba Inu not a corgi"), just after ("not Gothenburg, Malmö"), or in the sentence
     before ("Atlético! not Real Madrid")."""
     before = re.split(r"[,;:!—–(]|\s-\s", sentence[: m.start()])
-    chunk = _SAYING.sub("", before[-1].strip() if before else "").strip()
+    chunk = SAYING.sub("", before[-1].strip() if before else "").strip()
     if not chunk and len(before) > 1:
-        chunk = _SAYING.sub("", before[-2].strip()).strip()
+        chunk = SAYING.sub("", before[-2].strip()).strip()
     if not chunk:
         after = sentence[m.end():].lstrip(" ,—–-")
-        chunk = _SAYING.sub("", phrase_after(after, 0, 5))
+        chunk = SAYING.sub("", phrase_after(after, 0, 5))
     if not chunk and previous:
         names = names_in(previous)
         chunk = names[-1][1] if names else ""
@@ -307,9 +257,9 @@ def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_a
     if not st.value:
         return hedge_at == len(sentence)
     at = sentence.lower().find(st.value.lower())
-    if at > 0 and _DENIED.search(sentence[max(0, at - 30):at]):
+    if at > 0 and DENIED.search(sentence[max(0, at - 30):at]):
         return False  # "I don't live in Paris"
-    if at > 0 and _QUOTED.search(sentence[:at]):
+    if at > 0 and QUOTED.search(sentence[:at]):
         return False  # "I always say cappuccino by accident": a word said, not a value held
     # a doubt in an earlier clause ("since the trip to Peru, ceviche has become my favourite") stays there
     return at < 0 or at < doubt_at or bool(re.search(r"[,;]", sentence[doubt_at:at]))
@@ -323,7 +273,7 @@ def _ended_object(sentence: str, st: AttributeStatement) -> bool:
     at = sentence.lower().find(st.value.lower())
     if at <= 0:
         return False
-    return bool(re.search(rf"(?:{_ENDING.pattern}|\binstead of)\s+(?:(?:the|my|our|a|an|his|her|with|from|of|on|to|up|oat)\s+){{0,2}}$",
+    return bool(re.search(rf"(?:{ENDING.pattern}|\binstead of)\s+(?:(?:the|my|our|a|an|his|her|with|from|of|on|to|up|oat)\s+){{0,2}}$",
                           sentence[max(0, at - 60):at], re.I))
 
 
@@ -340,7 +290,7 @@ def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[in
     nearest name that is the speaker's, no place (unless the value is one) and not of another
     attribute's kind. Read loosely, it may only change a value already held (``decide``)."""
     out: list[AttributeStatement] = []
-    if _PAST.search(sentence):
+    if PAST.search(sentence):
         return out  # "Deloitte was my summer internship": what held, not what holds
     for c_start, c_end, attr in cues:
         if attr in said or attr in UNNAMED or attr in PLACES or ATTRIBUTES[attr].multi:
@@ -349,7 +299,7 @@ def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[in
                       if abs(pos - c_start) <= 60 and value.lower() not in taken and value.lower() not in NOT_VALUES
                       and _kind(value) in ("", attr) and not _other_subject(sentence, pos)
                       and not re.fullmatch(ATTRIBUTES[attr].cues, value, re.I)  # "my GP"
-                      and not _PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))
+                      and not PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))
         if near:
             said.add(attr)
             taken.add(near[0][2].lower())
@@ -358,16 +308,16 @@ def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[in
 
 
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
-    hedge_at = min((m.start() for m in _HEDGE.finditer(sentence)), default=len(sentence))
-    visit_at = min((m.start() for m in _VISIT.finditer(sentence)), default=len(sentence))
-    hedged = hedge_at == 0 or bool(_UNSURE.search(sentence))
+    hedge_at = min((m.start() for m in HEDGE.finditer(sentence)), default=len(sentence))
+    visit_at = min((m.start() for m in VISIT.finditer(sentence)), default=len(sentence))
+    hedged = hedge_at == 0 or bool(UNSURE.search(sentence))
     # "back from Naples, I drank espresso every day": a sentence that opens on a visit tells of the
     # visit, unless it says something changed ("since the trip to Peru, ceviche has become ...")
     hedged = hedged or (visit_at <= 3 and not re.search(r"\b(?:become|became|now|switched|ever since)\b", sentence, re.I))
     visit = False
-    adds = bool(_ADD.search(sentence))
-    first = bool(_FIRST_PERSON.search(sentence))
-    corrections = [clean_value(m.group("old")) for m in _NOT_X.finditer(sentence)]
+    adds = bool(ADD.search(sentence))
+    first = bool(FIRST_PERSON.search(sentence))
+    corrections = [clean_value(m.group("old")) for m in NOT_X.finditer(sentence)]
     out: list[AttributeStatement] = []
     if hedged:
         return out
@@ -378,13 +328,13 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
     names = names_in(sentence)
     closed = _closed_values(sentence)
     taken = {st.value.lower() for st in out}
-    first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I)) or bool(_IMPLIED_I.match(sentence))
+    first = first or bool(re.search(r"\b(?:the|a) new\b", sentence, re.I)) or bool(IMPLIED_I.match(sentence))
     if first and not visit:
         for c_start, c_end, attr in cues:
             if attr in UNNAMED:
                 continue  # their values are no names
             pick = next(((pos, v) for pos, v in names if pos >= c_end and not any(v.lower() in t for t in taken)
-                         and _GAP.fullmatch(sentence[c_end:pos])), None)
+                         and GAP.fullmatch(sentence[c_end:pos])), None)
             if pick is None and attr in NAMED_BEFORE:  # "our Rogers internet", "we have Orange fibre"
                 pick = next(((pos, v) for pos, v in names if pos + len(v) <= c_start and not sentence[pos + len(v):
                              c_start].strip() and not any(v.lower() in t for t in taken)), None)  # fmt: skip
@@ -393,10 +343,10 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             pos, value = pick
             if attr not in PLACES and re.search(r"\bin\b", sentence[c_end:pos], re.I):
                 continue  # "I work in San Francisco", "my GP here in Sevilla": a place, not the value
-            if _RELATION_CUE.fullmatch(sentence[c_start:c_end]):
+            if RELATION_CUE.fullmatch(sentence[c_start:c_end]):
                 # "my girlfriend Ingrid", "our cat Pixel": the speaker's, unless another's ("her boyfriend Joris")
                 owner = sentence[max(0, c_start - 30):c_start]
-                if (not _OWNER.search(owner)
+                if (not OWNER.search(owner)
                         or re.search(r"\b(?:her|his|their|your|\w+'s)\s+(?:\w+\s+)?$", owner, re.I)
                         or _other_subject(sentence, c_start)):
                     continue
@@ -406,21 +356,21 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             attr = by_value(value) or attr
             out.append(AttributeStatement(attr, value, adds=adds))
         for pos, value in names:
-            owned = _OWNED.search(sentence[max(0, pos - 30):pos])
+            owned = OWNED.search(sentence[max(0, pos - 30):pos])
             if value.lower() in taken or (_other_subject(sentence, pos) and not owned):
                 continue
             attr = by_value(value)
             lead = sentence[max(0, pos - 40):pos]
             if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
                 attr = "doctor"  # "Dr. Moreau did my cleaning"
-            if not attr and _IN_FRAME.search(lead):
+            if not attr and IN_FRAME.search(lead):
                 attr = "home_city"
-            if not attr and _AT_FRAME.search(lead):
+            if not attr and AT_FRAME.search(lead):
                 attr = "?"  # "now I'm at Mercari": the attribute of the value it follows (``ingest.attributes``)
             if attr:
                 taken.add(value.lower())
                 out.append(AttributeStatement(attr, value, adds=adds))
-        if not _FUTURE.search(sentence):
+        if not FUTURE.search(sentence):
             out.extend(_loose(sentence, cues, names, {st.attribute for st in out} | {"?"}, taken))
     if first or corrections:
         for pos, attr, value in closed:
@@ -432,19 +382,19 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
                 continue
             taken.add(value)
             out.append(AttributeStatement(attr, value, adds=adds))
-    fix = _CORRECTION.match(sentence)
-    if fix and not _NOT_X.search(sentence) and not out:  # "sorry no, macchiato!", "actually no, dark brown."
+    fix = CORRECTION.match(sentence)
+    if fix and not NOT_X.search(sentence) and not out:  # "sorry no, macchiato!", "actually no, dark brown."
         value = clean_value(fix.group("v"))
         typed = next((attr for pos, attr, v in closed if v == value.lower()), "") or by_value(value)
         # only a value whose own words say its attribute: "No, Paris!" could correct anything
         if value and value.lower() not in NOT_VALUES and typed:
             out.append(AttributeStatement(typed, value))
-    if _GONE.search(sentence):  # "French is on hold", "Hiroshi is ancient history": what it names ends
+    if GONE.search(sentence):  # "French is on hold", "Hiroshi is ancient history": what it names ends
         out.append(AttributeStatement("", "", ending=True))
     # "no more dye, no more hair lol": an ending said first speaks of the speaker
-    ended = bool(_ENDING.search(sentence)) and (first or bool(_ENDING.match(sentence)))
-    if ended and not _other_subject(sentence, _ENDING.search(sentence).start()):
-        end = _ENDING.search(sentence)
+    ended = bool(ENDING.search(sentence)) and (first or bool(ENDING.match(sentence)))
+    if ended and not _other_subject(sentence, ENDING.search(sentence).start()):
+        end = ENDING.search(sentence)
         # the attribute the ending is about: a cue near it ("sold the car", "phone got stolen")
         about = {c[2] for c in cues if -40 < c[0] - end.start() < 30}
         after = re.match(r"\s+(?:(?:the|my|our|a|an|any)\s+)?", sentence[end.end():])
@@ -460,19 +410,19 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             out.append(AttributeStatement(attr, "", ending=True))
     out = [st for st in out if _said_for_sure(sentence, st, min(hedge_at, visit_at), hedge_at)
            and not _ended_object(sentence, st)]
-    for m in _NOT_X.finditer(sentence):
+    for m in NOT_X.finditer(sentence):
         old = clean_value(m.group("old"))
         new = _corrected(sentence, m, previous)
         if old and new and old.lower() not in NOT_VALUES and len(old.split()) <= 6:
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
             out.append(AttributeStatement(by_value(new), new, replaces=old))
-    for m in _INSTEAD.finditer(sentence):  # "Arabic classes instead of Spanish": a change, the old one named
+    for m in INSTEAD.finditer(sentence):  # "Arabic classes instead of Spanish": a change, the old one named
         new = next((st for st in out if st.value and sentence.lower().find(st.value.lower()) < m.start()), None)
         old = phrase_after(sentence, m.end(), 4)
         if new is not None and old and old.lower() not in NOT_VALUES:
             out = [st for st in out if st is new or st.value.lower() != old.lower()]
             out[out.index(new)] = AttributeStatement(new.attribute, new.value, adds=new.adds, closes=old)
-    gone = [name for pos, name in names if _ENDED_NAME.search(sentence[max(0, pos - 40):pos])]
+    gone = [name for pos, name in names if ENDED_NAME.search(sentence[max(0, pos - 40):pos])]
     if gone:
         out = [st for st in out if st.value not in gone or st.replaces]  # "replaced the ThinkPad with ..."  # "I cancelled McFit and joined John Reed Fitness": McFit closes, known as a value or not
         out = [AttributeStatement(st.attribute, st.value, adds=st.adds, replaces=st.replaces, closes=gone[0])
@@ -480,7 +430,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
                for st in out]
         if any(st.closes for st in out):  # the ending was about the named value, not a cue near it
             out = [st for st in out if not (st.ending and not st.value)]
-    for m in _FROM_TO.finditer(sentence):
+    for m in FROM_TO.finditer(sentence):
         old, new = clean_value(m.group("old")), phrase_after(sentence, m.start("new"), 5)
         if old and new and old.lower() not in NOT_VALUES:
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
@@ -489,9 +439,6 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
 
 
 
-_FUTURE = re.compile(r"\b(?:i'll|we'll|i will|we will|going to|gonna)\b", re.I)
-_PAST = re.compile(r"\b(?:was|were|used to|before|previous(?:ly)?|former(?:ly)?|back then|ex)\b", re.I)
-_PLACE_BEFORE = re.compile(r"\b(?:in|to|from|near|around|via)\s+(?:the\s+)?$", re.I)
 
 
 def names_another_value(text: str, attribute: str, held: str) -> bool:
@@ -505,10 +452,10 @@ def names_another_value(text: str, attribute: str, held: str) -> bool:
     spec = ATTRIBUTES.get(attribute)
     if spec is None or spec.multi or not held or mentions(text, held):
         return False
-    for sentence in _SENTENCE.split(text[:4000]):
+    for sentence in SENTENCE.split(text[:4000]):
         sentence = sentence.strip()
-        if (not sentence or sentence.rstrip(" )\"'").endswith("?") or _QUESTION_WORD.match(sentence)
-                or any(p.search(sentence) for p in (_HEDGE, _UNSURE, _FUTURE, _VISIT, _OTHER_FAVOURITE))):
+        if (not sentence or sentence.rstrip(" )\"'").endswith("?") or QUESTION_WORD.match(sentence)
+                or any(p.search(sentence) for p in (HEDGE, UNSURE, FUTURE, VISIT, OTHER_FAVOURITE))):
             continue
         if any(attr == attribute and not _other_subject(sentence, at) for at, attr, _ in _closed_values(sentence)):
             return True
@@ -516,6 +463,6 @@ def names_another_value(text: str, attribute: str, held: str) -> bool:
             continue
         for pos, value in names_in(sentence):
             if (value.lower() not in NOT_VALUES and _kind(value) in ("", attribute) and not _other_subject(sentence, pos)
-                    and (attribute in PLACES or not _PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))):
+                    and (attribute in PLACES or not PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))):
                 return True
     return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -14,7 +13,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.errors import InvalidInput, MnemoError, Unavailable
-from mnemoplan.extract.attributes import asked_attribute, mentions, names_another_value
 from mnemoplan.search.base import LazyVector, SearchRequest
 from mnemoplan.search.registry import IndexRegistry
 from mnemoplan.model import (
@@ -29,8 +27,7 @@ from mnemoplan.model import (
     RecordHead,
     SignalStat,
 )
-from mnemoplan.model.records import REQUESTING_ROLES
-from mnemoplan.model.scope import RecordFilter, Scope
+from mnemoplan.model.scope import Scope
 from mnemoplan.planner.analyzer import QueryAnalyzer, is_follow_up
 from mnemoplan.planner.confidence import ConfidenceScorer, no_match_context
 from mnemoplan.planner.deterministic import recall_plan
@@ -38,6 +35,7 @@ from mnemoplan.planner.executor import PlanExecutor, StepResult
 from mnemoplan.planner.formatter import format_context
 from mnemoplan.planner.fusion import Candidate, fuse
 from mnemoplan.planner.ranking import RankingConfig, rank
+from mnemoplan.planner.slots import slot_first
 from mnemoplan.planner.rerank.base import Reranker
 
 
@@ -123,53 +121,6 @@ def _with_validity(rec: Record) -> dict[str, Any]:
         meta["valid_from"] = start.isoformat()
         meta["valid_to"] = rec.valid_to.isoformat() if rec.valid_to else None
     return meta
-
-
-@dataclass
-class HeldValue:
-    """For one answer to a question about the asker's now: the value the attribute's newest fact
-    holds, and which of the returned items say otherwise (``mark``). Nothing stored changes: the
-    store closes a value only on a statement it reads.
-
-    - ``newer``, a message of the asker's newer than the fact that names another value
-      (``Recall._said_since``): what names the held value and is older than it is outdated by it;
-    - otherwise an older message of the asker's naming another value of the attribute
-      (``names_another_value``: "I go to World Class, the pools are amazing" before the fact "goes
-      to the gym CrossFit Reykjavík", whose old value was said where no rule read it) is
-      outdated by the fact.
-    """
-
-    attribute: str
-    held: str
-    fact_id: str
-    fact_at: datetime
-    alone: bool = True  # the one current value (a second car said to add: another name may be it)
-    newer: Candidate | None = None
-    newer_at: datetime | None = None
-
-    def mark(self, items: list[MemoryItem]) -> list[MemoryItem]:
-        for item in items:
-            if not item.current:
-                continue
-            if self.newer is not None and self.newer_at is not None:
-                if item.id != self.newer.id and item.occurred_at < self.newer_at and mentions(item.text, self.held):
-                    _outdate(item, self.newer.id, self.newer_at)
-            elif (self.alone and item.kind == "message" and item.speaker.lower() in REQUESTING_ROLES
-                  and item.occurred_at < self.fact_at and names_another_value(item.text, self.attribute, self.held)):
-                _outdate(item, self.fact_id, self.fact_at)
-        return items
-
-
-def _outdate(item: MemoryItem, by: str, at: datetime) -> None:
-    item.current = False
-    item.metadata["outdated_by"] = by
-    if item.metadata.get("valid_to", "") is None:
-        item.metadata["valid_to"] = at.isoformat()
-
-
-SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
-NEWER_LOOK = 5  # how many of the best candidates may hold a newer statement of the asked attribute
-BROADER = {"neighbourhood": "home_city"}  # an attribute whose value answers a question about another
 
 
 def once_per_message(order: list[Candidate], records: Mapping[str, Record]) -> list[Candidate]:
@@ -309,7 +260,7 @@ class RecallPipeline:
         rows = heads if heads is not None else self.records.get(scope.user_id, ids)
         rows = {rid: row for rid, row in rows.items() if scope.admits(row)}
         order = rank({c.id: c for c in pool}, rows, config.ranking, now, wants_list=wants_list)
-        order, newer = self._slot_first(plan.query, order, scope.user_id)
+        order, newer = slot_first(self.records, plan.query, order, scope.user_id)
         if heads is None:
             missing = [c.id for c in order[:limit] if c.id not in rows]
             rows = {**rows, **(self.records.get(scope.user_id, missing) if missing else {})}
@@ -320,73 +271,6 @@ class RecallPipeline:
         sources = {**records, **(self.records.get(scope.user_id, wanted) if wanted else {})}
         items = [to_item(records[c.id], c, sources) for c in ranked]
         return (newer.mark(items) if newer is not None else items), len(cands)
-
-    def _slot_first(self, query: str, order: list[Candidate], user_id: str) -> tuple[list[Candidate], HeldValue | None]:
-        """A question about one of the asker's attributes ("Where do I work?") gets its answer
-        first: the current value's fact (the newest first; an ending when the value ended), or
-        for a question about the past ("Where did I live before?") the superseded values, newest
-        first. Facts about a requesting speaker (a user, who asks) only. A newer message of the
-        asker's that names another value goes before the fact; what the answer holds against the
-        fact's value is returned as outdated (``HeldValue``)."""
-        attribute, past = asked_attribute(query)
-        select = getattr(self.records, "select", None)
-        if not attribute or not order or select is None:
-            return order, None
-        rows = select(RecordFilter(user_id, kinds=("fact",), current=None if past else True),
-                      ["id", "metadata", "occurred_at", "seq", "superseded_by"])
-        slots: dict[str, list[tuple[Any, int, str]]] = {}  # (said at, written, id): the newest first
-        values: dict[str, str] = {}
-        for row in rows:
-            meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else (row["metadata"] or {})
-            if str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
-                continue
-            if past and not (row["superseded_by"] and meta.get("value")):
-                continue
-            slots.setdefault(str(meta.get("attribute")), []).append((row["occurred_at"], row["seq"], row["id"]))
-            values[row["id"]] = str(meta.get("value") or "")
-        # "Which neighbourhood do I live in?" when only the place one lives in was said
-        slot = slots.get(attribute) or slots.get(BROADER.get(attribute, ""), [])
-        if not slot:
-            return order, None
-        slot.sort(reverse=True)
-        by_id = {c.id: c for c in order}
-        lead = order[0].score
-        first = []
-        for i, (_, _, rid) in enumerate(slot[:SLOT_MOST]):
-            cand = by_id.get(rid) or Candidate(rid, 0.0, provenance=["attribute"])
-            raised = lead + 1e-3 * (len(slot) - i)
-            cand.scores["slot"] = round(raised - cand.score, 4)
-            cand.score = raised
-            first.append(cand)
-        held = None
-        if not past and attribute in slots and values[slot[0][2]]:
-            held = HeldValue(attribute, values[slot[0][2]], slot[0][2], slot[0][0], alone=len(slot) == 1)
-            newer = self._said_since(order[:NEWER_LOOK], user_id, attribute, held.fact_at, held.held)
-            if newer is not None:  # a newer message of the asker's may name the value now: it leads
-                held.newer, held.newer_at = newer
-                newer[0].score = lead + 1e-3 * (len(slot) + 1)
-                newer[0].scores["slot"] = 0.0
-                first.insert(0, newer[0])
-        chosen = {c.id for c in first}
-        return first + [c for c in order if c.id not in chosen], held
-
-    def _said_since(
-        self, top: list[Candidate], user_id: str, attribute: str, since: Any, held: str
-    ) -> tuple[Candidate, datetime] | None:
-        """The best of ``top`` that is the asker's own message, newer than the held value's fact
-        and naming another value it could have (``names_another_value``), if any: the search
-        found it for the question, so it is about the attribute, and the rules that read values
-        may not know its phrasing ("first proper walk with Nala" after "my old dog Bella")."""
-        if not held:
-            return None
-        records = self.records.get(user_id, [c.id for c in top])
-        for cand in top:
-            rec = records.get(cand.id)
-            if (rec is not None and rec.kind == "message" and rec.speaker.lower() in REQUESTING_ROLES
-                    and not rec.superseded_by and rec.occurred_at > since
-                    and names_another_value(rec.text, attribute, held)):
-                return cand, rec.occurred_at
-        return None
 
     def _read_best(self, order: list[Candidate], user_id: str, limit: int) -> tuple[list[Candidate], dict[str, Record]]:
         """The records of the best ``limit`` candidates; one forgotten since ranking makes room
