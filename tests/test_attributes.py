@@ -12,7 +12,7 @@ import pytest
 from mnemoplan.bench.updates import judge, load, mentions as label_mentions
 from mnemoplan.errors import InvalidInput
 from mnemoplan.extract.attributes import asked_attribute, attribute_statements, mentions
-from mnemoplan.model import FactIn, MemoryItem, MessageIn
+from mnemoplan.model import FactIn, MemoryItem, MessageIn, RecallOptions
 from mnemoplan.service.service import MemoryService
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
@@ -195,30 +195,43 @@ def outdated_by_the_first(items: list[MemoryItem], name: str) -> bool:
 
 
 def test_a_newer_message_naming_another_value_leads_whatever_its_phrasing(service: MemoryService) -> None:
-    tell(service, "u", [("user", "my dog Bella is 14 now and she sleeps all day"),
-                        ("user", "first proper walk with Nala this morning, she's 4 months old and a total maniac")])
-    items = ask(service, "u", "what's my dog's name?")
-    assert "Nala" in items[0].text and items[0].kind == "message"
-    assert outdated_by_the_first(items, "Bella")
+    tell(service, "u", [("user", "I drive a Honda Civic, it's old but fine"),
+                        ("user", "the Kia EV6 charges in 20 minutes, best car for road trips")])
+    items = ask(service, "u", "what car do I drive?")
+    assert "Kia EV6" in items[0].text and items[0].kind == "message"
+    assert outdated_by_the_first(items, "Civic")
     # for this answer only: the store closes a value on a statement it reads, and this is none
     assert not service.store.log.select("user_id = 'u' AND superseded_by != ''", ["id"])
+    # what only this answer doubts is not what the store replaced: current_only keeps it
+    kept = service.recall("what car do I drive?", user_id="u", limit=5, options=RecallOptions(current_only=True))
+    assert any("Civic" in i.text for i in kept.items)
+
+
+def test_company_and_names_in_passing_are_no_new_value(service: MemoryService) -> None:
+    tell(service, "u", [("user", "my dog Bella is 14 now and she sleeps all day"),
+                        ("user", "walked the dog with Emma this morning, so sunny"),
+                        ("user", "my dog chewed my Nike shoes again, and she loves Central Park"),
+                        ("user", "Watched Inception last night, still great")])
+    items = ask(service, "u", "what's my dog's name?")
+    assert "Bella" in items[0].text and all(i.current for i in items)
 
 
 def test_an_older_message_naming_another_value_is_outdated_by_the_fact(service: MemoryService) -> None:
     # the old value was said where no rule reads it, so the store has nothing to close
-    tell(service, "u", [("user", "I swim at Laugar every morning before work, the hot tubs are the best part"),
-                        ("user", "I joined PureGym last week, it's cheaper and open all night")])
-    items = ask(service, "u", "which gym do I go to?")
-    assert "PureGym" in items[0].text and items[0].kind == "fact"
-    assert outdated_by_the_first(items, "Laugar")
+    tell(service, "u", [("user", "the tram was packed again this morning, stood the whole way to work"),
+                        ("user", "I cycle to work now, 25 minutes door to door")])
+    items = ask(service, "u", "how do I get to work?")
+    assert "cycle" in items[0].text and items[0].kind == "fact"
+    assert outdated_by_the_first(items, "tram")
 
 
 def test_a_name_near_a_cue_changes_a_held_value_but_never_states_the_first(service: MemoryService) -> None:
-    tell(service, "u", [("user", "the groomer says Pepper has lovely fur, our new puppy is so fluffy")])
+    tell(service, "u", [("user", "the groomer says Pepper, our new puppy, has lovely fur")])
     assert not service.store.log.select("user_id = 'u' AND kind = 'fact' AND text LIKE '%pet%'", ["text"])
     tell(service, "v", [("user", "my dog Rex is 12 and still loves the beach"),
                         ("user", "Rex was my first dog, I miss how fast he was"),
-                        ("user", "the groomer says Pepper has lovely fur, our new puppy is so fluffy")])
+                        ("user", "the groomer says Pepper, our new puppy, has lovely fur"),
+                        ("user", "my dog chewed my Nike shoes again, and she loves Central Park")])
     rows = service.store.log.select("user_id = 'v' AND kind = 'fact' AND text LIKE '%pet is%'", ["text", "superseded_by"])
     assert {r["text"]: bool(r["superseded_by"]) for r in rows} == {"User's pet is Rex.": True, "User's pet is Pepper.": False}
 
@@ -276,6 +289,23 @@ def test_a_value_said_before_the_held_one_is_history_not_a_change(service: Memor
     assert late.stored == 0  # dated before the Mazda: it cannot replace it
     items = ask(service, "u", "what car do I drive?")
     assert "Mazda" in items[0].text and items[0].current
+
+
+def test_an_ending_naming_no_attribute_is_not_held_back_by_another_attributes_newer_value(
+    service: MemoryService,
+) -> None:
+    tell(service, "u", [("user", "I work at Rakuten, the office is huge")])
+    service.remember(fact=FactIn(attribute="pet", value="Miso", occurred_at=T0 + timedelta(days=200)), user_id="u")
+    tell(service, "u", [("user", "I left Rakuten last week")], start=T0 + timedelta(days=100))
+    rows = service.store.log.select("user_id = 'u' AND kind = 'fact' AND text LIKE '%Rakuten%'", ["superseded_by"])
+    assert rows and all(r["superseded_by"] for r in rows)
+
+
+def test_a_stated_fact_with_a_naive_time_is_taken_as_utc(service: MemoryService) -> None:
+    tell(service, "u", [("user", "I drive a Mazda CX-5 now, so much space")], start=T0 + timedelta(days=90))
+    late = service.remember(fact=FactIn(attribute="car", value="Honda Civic", occurred_at=datetime(2000, 1, 1)),
+                            user_id="u")
+    assert late.stored == 0
 
 
 def test_a_stated_fact_is_checked(service: MemoryService) -> None:

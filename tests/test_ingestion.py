@@ -261,7 +261,11 @@ def test_the_llm_reads_attributes_the_rules_do_not_and_they_supersede_like_the_r
         if "Zalando" in prompt:  # a phrasing no rule reads; the LLM says what it means
             facts.append({"content": "The user works at Zalando", "subject": "user", "predicate": "works at",
                           "object": "Zalando", "sources": [1], "attribute": "employer", "value": "Zalando"})
-        if "Farfetch" in prompt:  # what the rules read too: the same value again, nothing new
+        if "so long" in prompt:  # an ending naming what it ends is no value of it
+            facts.append({"content": "The user left Zalando", "subject": "user", "predicate": "left",
+                          "object": "Zalando", "sources": [1], "attribute": "employer", "value": "Zalando",
+                          "ended": True})
+        elif "Farfetch" in prompt:  # what the rules read too: the same value again, nothing new
             facts.append({"content": "The user works at Farfetch", "subject": "user", "predicate": "works at",
                           "object": "Farfetch", "sources": [1], "attribute": "employer", "value": "Farfetch"})
         return Reply(json.dumps({"facts": facts}))
@@ -288,6 +292,14 @@ def test_the_llm_reads_attributes_the_rules_do_not_and_they_supersede_like_the_r
                               for r in rows if json.loads(r["metadata"]).get("attribute") == "employer")
             # one fact per value: the LLM's reading of Farfetch is the rules' again, and adds nothing
             assert employer == [("attributes", "User works at Farfetch.", True), ("llm", "User works at Zalando.", False)]
+            for i, text in enumerate(["so long, crew: that was my final shift", "what's a good book for a flight?"]):
+                svc.remember(messages=[MessageIn(content=text, speaker="user", occurred_at=day.replace(month=8 + i))],
+                             user_id="u", session_id="c")
+            wait_until(lambda: not svc.extraction.pending)
+            svc.extraction.drain()
+            rows = svc.store.log.select("user_id = 'u' AND kind = 'fact'", ["text", "superseded_by"])
+            held = {r["text"]: bool(r["superseded_by"]) for r in rows}
+            assert held["User works at Zalando."] and not held["User has no employer any more."]
         finally:
             svc.close()
 

@@ -101,3 +101,8 @@ SAYING = re.compile(r"^(?:(?:oh|oops|wait|no|sorry|hmm|actually|nooo+|ok|so|well
 FUTURE = re.compile(r"\b(?:i'll|we'll|i will|we will|going to|gonna)\b", re.I)
 PAST = re.compile(r"\b(?:was|were|used to|before|previous(?:ly)?|former(?:ly)?|back then|ex)\b", re.I)
 PLACE_BEFORE = re.compile(r"\b(?:in|to|from|near|around|via)\s+(?:the\s+)?$", re.I)
+# what stands between a name and the noun it is set beside: "Frida, our new kitten"
+APPOSED = re.compile(r"\s*,\s*(?:(?:my|our|the|a|an|his|her|their|new|little|old|sweet|first|second|lovely)\s+){0,3}",
+                     re.I)
+# a name after "with" is company, not a value: "walked the dog with Emma", "lunch with Tom"
+COMPANION = re.compile(r"\bwith\s+(?:the\s+)?$", re.I)

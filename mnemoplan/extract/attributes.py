@@ -31,6 +31,8 @@ from mnemoplan.extract.attribute_kinds import (
     value_terms,
 )
 from mnemoplan.extract.attribute_patterns import (
+    COMPANION,
+    APPOSED,
     ADD,
     ASKS,
     AT_FRAME,
@@ -285,25 +287,25 @@ def _kind(value: str) -> str:
 
 def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[int, str]], said: set[str],
            taken: set[str]) -> list[AttributeStatement]:
-    """A name near a cue of an attribute the sentence states nothing else of, whatever the words
-    between ("got season tickets for the Celtics, best team" has no frame the rules read): the
-    nearest name that is the speaker's, no place (unless the value is one) and not of another
-    attribute's kind. Read loosely, it may only change a value already held (``decide``)."""
+    """A name set beside a cue of an attribute the sentence states nothing else of: "the vet said
+    Frida, our new kitten, is healthy" (apposition, in no frame the rules read); the speaker's,
+    no place and not of another attribute's kind. Read loosely, it may only change a value
+    already held (``decide``). A name merely near a cue is none: "my dog chewed my Nike shoes"."""
     out: list[AttributeStatement] = []
     if PAST.search(sentence):
         return out  # "Deloitte was my summer internship": what held, not what holds
     for c_start, c_end, attr in cues:
         if attr in said or attr in UNNAMED or attr in PLACES or ATTRIBUTES[attr].multi:
             continue  # places are named in passing too often (trips, news) to be read loosely
-        near = sorted((abs(pos - c_start), pos, value) for pos, value in names
-                      if abs(pos - c_start) <= 60 and value.lower() not in taken and value.lower() not in NOT_VALUES
-                      and _kind(value) in ("", attr) and not _other_subject(sentence, pos)
-                      and not re.fullmatch(ATTRIBUTES[attr].cues, value, re.I)  # "my GP"
-                      and not PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))
-        if near:
+        beside = [value for pos, value in names
+                  if APPOSED.fullmatch(sentence[pos + len(value):c_start]) and value.lower() not in taken
+                  and value.lower() not in NOT_VALUES and _kind(value) in ("", attr) and not _other_subject(sentence, pos)
+                  and not re.fullmatch(ATTRIBUTES[attr].cues, value, re.I)  # "my GP"
+                  and not PLACE_BEFORE.search(sentence[max(0, pos - 12):pos])]
+        if beside:
             said.add(attr)
-            taken.add(near[0][2].lower())
-            out.append(AttributeStatement(attr, near[0][2], loose=True))
+            taken.add(beside[-1].lower())
+            out.append(AttributeStatement(attr, beside[-1], loose=True))
     return out
 
 
@@ -442,13 +444,13 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
 
 
 def names_another_value(text: str, attribute: str, held: str) -> bool:
-    """Whether a person's message may say that an attribute now has a value other than ``held``,
+    """Whether a person's message says that an attribute now has a value other than ``held``,
     whatever its phrasing: a plain sentence of theirs (no question, hedge, plan, visit, doubt or
-    other person's clause, and not naming ``held``) names something the value could be: a name
-    (not a place, unless the value is one; not one whose words say another attribute) or a word
-    of the attribute's closed class. Recall uses it for a message the question's search found,
-    newer than the held value's fact ("first proper walk with Nala this morning" after "my old
-    dog Bella"); it is a reason to show that message first, not to close the fact."""
+    other person's clause, and not naming ``held``) names a value whose own words say it is of
+    the attribute: a word of its closed class ("platinum blonde") or a name of its kind ("a Kia
+    EV6", "Monzo"). Recall uses it for the messages an answer returns (``planner.slots``): a
+    reason to show a message first, or the held value as outdated for that answer; never to
+    close a stored value."""
     spec = ATTRIBUTES.get(attribute)
     if spec is None or spec.multi or not held or mentions(text, held):
         return False
@@ -462,7 +464,10 @@ def names_another_value(text: str, attribute: str, held: str) -> bool:
         if attribute in UNNAMED:
             continue
         for pos, value in names_in(sentence):
-            if (value.lower() not in NOT_VALUES and _kind(value) in ("", attribute) and not _other_subject(sentence, pos)
-                    and (attribute in PLACES or not PLACE_BEFORE.search(sentence[max(0, pos - 12):pos]))):
+            # only a name whose own words say it is of the attribute ("a Kia EV6", "Monzo"): any other
+            # name near a cue may be company, a place or a thing ("walked the dog with Emma", "my
+            # dog chewed my Nike shoes"), and a wrong lead outdates a true value
+            if (value.lower() not in NOT_VALUES and _kind(value) == attribute and not _other_subject(sentence, pos)
+                    and not COMPANION.search(sentence[max(0, pos - 12):pos])):
                 return True
     return False

@@ -38,7 +38,7 @@ from mnemoplan.extract.attributes import (
 from mnemoplan.extract.names import entity_key
 from mnemoplan.errors import InvalidInput
 from mnemoplan.model import EntityMention, FactIn, Record
-from mnemoplan.model.records import REQUESTING_ROLES, check_scope
+from mnemoplan.model.records import REQUESTING_ROLES, as_utc, check_scope
 from mnemoplan.storage.ledger import KnownFact
 
 PREDICATE = "attribute "  # the predicate of an attribute fact: "attribute employer"
@@ -151,7 +151,7 @@ def stated_record(
         raise InvalidInput("fact.attribute is empty.", hint="e.g. {\"attribute\": \"employer\", \"value\": \"Mercari\"}")
     if not value and not fact.ended:
         raise InvalidInput("fact needs a value, or ended: true.", hint="e.g. {\"attribute\": \"car\", \"ended\": true}")
-    when = fact.occurred_at or at or datetime.now(UTC)
+    when = as_utc(fact.occurred_at or at or datetime.now(UTC))  # a caller's naive time is UTC
     subject = check_scope(fact.subject, what="fact.subject") or "user"
     base = Record(id=uuid.uuid4().hex, user_id=user_id, project_id=project_id, session_id=session_id,
                   text=f"{attribute}: {value}", occurred_at=when, created_at=datetime.now(UTC))
@@ -268,8 +268,10 @@ def _said_before(fact: Record, held: list[KnownFact], meta: dict[str, Any]) -> b
     LLM reads a session after the rules) or dated back (an agent's fact, an import), it is
     history, and must not replace what was said after it. A value beside the others may still
     add; an unnamed attribute ("now I'm at X") is resolved later, against the latest value."""
-    if not held or meta.get("adds") or meta.get("replaces") or _multi(str(meta["attribute"])):
-        return False
+    attribute = str(meta["attribute"])
+    if (not held or not attribute or attribute in ("?", FAVOURITE_OF_SOME_KIND) or meta.get("adds")
+            or meta.get("replaces") or _multi(attribute)):
+        return False  # an attribute still to be resolved is checked against none (not against all)
     return any(f.said_at is not None and f.said_at > fact.occurred_at for f in held)
 
 

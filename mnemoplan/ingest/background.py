@@ -65,9 +65,11 @@ def llm_attribute_record(messages: dict[str, Record], fact: ExtractedFact) -> Re
             or source.speaker.lower() not in REQUESTING_ROLES
             or entity_key(fact.subject) not in ("", "i", "me", entity_key(source.speaker))):
         return None
-    ending = fact.ended and not fact.value
-    return attribute_record(source, source.speaker, attribute, "" if ending else fact.value, ending=ending,
-                            adds=fact.adds, sentence=source.text, extractor="llm")
+    # an ending ends what it names ("ended: Farfetch" is no value Farfetch): decided like the rules'
+    # ending, whose sentence names the value
+    sentence = f"{source.text} {fact.value}" if fact.ended else source.text
+    return attribute_record(source, source.speaker, attribute, "" if fact.ended else fact.value, ending=fact.ended,
+                            adds=fact.adds, sentence=sentence, extractor="llm")
 
 
 class BackgroundExtraction:

@@ -364,8 +364,8 @@ class RecallPipeline:
         timings["signals"] = round((time.perf_counter() - t0) * 1000, 3)
         t0 = time.perf_counter()
         items, total = self.rank(results, plan, scope, limit, config, reference_time or datetime.now(UTC))
-        if current_only:
-            items = [i for i in items if i.current]
+        if current_only:  # what the store replaced; not what this answer only doubts (``slots.HeldValue``)
+            items = [i for i in items if i.current or "outdated_by" in i.metadata]
         timings["rank"] = round((time.perf_counter() - t0) * 1000, 3)
         warnings += [f"{r.step.step_id} ({r.step.index}) failed: {r.error}" for r in results if r.error]
         if self.reranker is not None and items:
