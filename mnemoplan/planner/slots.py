@@ -41,9 +41,8 @@ class HeldValue:
     - ``newer``, a message of the asker's newer than the fact that names another value
       (``_said_since``): what names the held value and is older than it is outdated by it;
     - otherwise an older message of the asker's naming another value of the attribute
-      (``names_another_value``: "I go to World Class, the pools are amazing" before the fact "goes
-      to the gym CrossFit Reykjavík", whose old value was said where no rule read it) is
-      outdated by the fact.
+      (``names_another_value``: "the tram was packed again" before the fact "commute: cycle",
+      whose old value was said where no rule read it) is outdated by the fact.
     """
 
     attribute: str
@@ -136,7 +135,7 @@ def _said_since(
     """The best of ``top`` that is the asker's own message, newer than the held value's fact
     and naming another value it could have (``names_another_value``), if any: the search
     found it for the question, so it is about the attribute, and the rules that read values
-    may not know its phrasing ("first proper walk with Nala" after "my old dog Bella")."""
+    may not know its phrasing ("the Kia EV6 charges in 20 minutes" after "I drive a Civic")."""
     if not held:
         return None
     found = records.get(user_id, [c.id for c in top])
