@@ -11,93 +11,93 @@ import re
 from mnemoplan.extract.attribute_kinds import FAVOURITE_WORD
 
 RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
-              r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
-              r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
+             r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
+             r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
 OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{RELATIONS})(?:'s)?\b|"
-                            r"\b(?:he|she|they)\b(?!'s a )", re.I)
+                           r"\b(?:he|she|they)\b(?!'s a )", re.I)
 FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
 SUBJECT_I = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've)\b", re.I)
 DENIED = re.compile(r"\b(?:don't|dont|do not|doesn't|does not|didn't|did not|never|not|no longer|isn't|aren't|"
-                     r"wasn't|weren't|won't|can't|cannot)\b", re.I)
+                    r"wasn't|weren't|won't|can't|cannot)\b", re.I)
 # Doubt about the whole sentence, wherever it is said ("I think I moved to Porto, not sure")
 UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly|unsure|not certain|kinda|sort of)\b",
-                     re.I)
+                    re.I)
 HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
-                    r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
-                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*|when i'm|when i am|"
-                    r"when i turn|once i'm|once i turn|by the time i)\b", re.I)
+                   r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
+                   r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*|when i'm|when i am|"
+                   r"when i turn|once i'm|once i turn|by the time i)\b", re.I)
 VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
-                    r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
-                    r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
-                    r"tried|tasting|sample\w*|had to|during the|for (?:a|one|two|three|four|five|a few|\d+) "
-                    r"(?:days?|nights?|weeks?))\b", re.I)
+                   r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
+                   r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
+                   r"tried|tasting|sample\w*|had to|during the|for (?:a|one|two|three|four|five|a few|\d+) "
+                   r"(?:days?|nights?|weeks?))\b", re.I)
 ENDING = re.compile(r"\b(?:not (?:\w+ ){0,3}(?:anymore|any more)|no longer|sold|quit|quitting|retired|"
-                     r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
-                     r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
-                     r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
-                     r"said goodbye|without a|no more|car-free|have no|got no|no \w+ at all|gave (?:away )?(?:my|our|the)|don't have (?:a|an|any)|do not have|got rid of|"
-                     r"dropped|shut off|shut down|not a \w+ anymore|is gone|are gone|is on hold|on hold|"
-                     r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
+                    r"broke up|broken up|split up|divorced|left|leaving|cancel+ed|cancel|gave up|given up|stopped|"
+                    r"rehomed|rehome|passed away|passed|died|lost|stolen|laid off|let go|fired|graduated|"
+                    r"finished (?:uni|school|my degree|university)|last day|moved out|ended|closed|unsubscribed|"
+                    r"said goodbye|without a|no more|car-free|have no|got no|no \w+ at all|gave (?:away )?(?:my|our|the)|don't have (?:a|an|any)|do not have|got rid of|"
+                    r"dropped|shut off|shut down|not a \w+ anymore|is gone|are gone|is on hold|on hold|"
+                    r"is (?:ancient )?history|is over|switched from|moved on from)\b", re.I)
 ADD = re.compile(r"\b(?:also|too(?=\s*(?:[,.!?;]|lol|haha|$))|as well|second|another|both|two(?! (?:weeks|days|months|years|hours|minutes))|on the side|in addition|plus|additional|"
-                  r"extra|as a side|beside|besides|and my work)\b", re.I)
+                 r"extra|as a side|beside|besides|and my work)\b", re.I)
 # "KPMG, not Deloitte"; not "not my favourite food", which names an attribute, not a value
 NOT_X = re.compile(r"\bnot\s+(?!(?:my|our|your|his|her|their)\b)(?:the\s+|a\s+|an\s+)?(?P<old>[^,.!?;]+?)(?=\s*(?:[,.!?;—–-]|$|\banymore\b))", re.I)
 ENDED_NAME = re.compile(r"\b(?:sold|quit|left|cancel+ed|closed|dropped|ditched|gave up|switched from|moved on from|"
-                         r"moved out of|replaced|instead of)\s+(?:(?:the|my|our|a|an|of)\s+){0,2}$", re.I)
+                        r"moved out of|replaced|instead of)\s+(?:(?:the|my|our|a|an|of)\s+){0,2}$", re.I)
 INSTEAD = re.compile(r"\binstead of\s+(?:the\s+|my\s+)?", re.I)
 FROM_TO = re.compile(r"\bfrom\s+(?P<old>[^,.!?;]+?)\s+to\s+(?P<new>[^,.!?;]+)", re.I)
 # What may stand between a cue and its value: "work at", "moved to the", "my dog, Moose", "drive a 2012"
 GAP = re.compile(r"[\s,:\-–]*(?:(?:at|in|to|for|with|from|on|is|are|was|named|called|now|the|a|an|my|our|new|old|"
-                  r"little|current|two|of|by|into|as|over|here|there|\d+|dr\.?|mr\.?|ms\.?|mrs\.?)\b[\s,:\-–]*){0,4}",
-                  re.I)
+                 r"little|current|two|of|by|into|as|over|here|there|\d+|dr\.?|mr\.?|ms\.?|mrs\.?)\b[\s,:\-–]*){0,4}",
+                 re.I)
 RELATION_CUE = re.compile(r"girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|spouse|pet|dog|cat|kitten|puppy|"
-                           r"hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle", re.I)
+                          r"hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle", re.I)
 AT_FRAME = re.compile(r"(?:\b(?:i'm|i am|im|now|we're)\s+(?:now\s+)?(?:at|with|on)|\b(?:joined|switched to|"
-                       r"upgraded to|changed to|started at|transferred to|went with|signed up (?:with|for|at)|"
-                       r"went over to|now with))\s+(?:the\s+)?$", re.I)
+                      r"upgraded to|changed to|started at|transferred to|went with|signed up (?:with|for|at)|"
+                      r"went over to|now with))\s+(?:the\s+)?$", re.I)
 IN_FRAME = re.compile(r"\b(?:i'm|i am|im|we're|we are|now)\s+(?:now\s+)?(?:in|based in|living in)\s+$", re.I)
 # "my new iPhone 13", "our old Rogers": what stands right after "my" is the speaker's own
 OWNED = re.compile(r"\b(?:my|our)\s+(?:(?:new|old|current|little|trusty|brand new|first)\s+)*$", re.I)
 # Nouns that name a lower-case value in "my N is V" / "V is my N" (the value is no name)
 COPULA_NOUNS = {"hobby": "hobbies", "pastime": "hobbies", "passion": "hobbies", "usual": "coffee_order",
-                 "go-to": "coffee_order", "order": "coffee_order", "drink": "coffee_order"}
+                "go-to": "coffee_order", "order": "coffee_order", "drink": "coffee_order"}
 COPULA = re.compile(r"\bmy\s+(?:(?:main|usual|new|current|coffee|big|favou?rite|only|real)\s+)?(?P<noun>hobby|pastime|passion|"
-                     r"usual|go-to|order|drink)\s+(?:now\s*)?(?:is|=|:)\s+(?:now\s+)?(?:an?\s+|the\s+)?(?P<v>[^,.!?;:()]+)|"
-                     r"(?:^|[,;]\s*)(?P<v2>[a-z][\w\s-]{1,30}?)\s+(?:is|has become)\s+(?:now\s+)?my\s+(?:(?:main|new|only|"
-                     r"big|real)\s+)?(?P<noun2>hobby|pastime|passion|go-to|drink)\b", re.I)
+                    r"usual|go-to|order|drink)\s+(?:now\s*)?(?:is|=|:)\s+(?:now\s+)?(?:an?\s+|the\s+)?(?P<v>[^,.!?;:()]+)|"
+                    r"(?:^|[,;]\s*)(?P<v2>[a-z][\w\s-]{1,30}?)\s+(?:is|has become)\s+(?:now\s+)?my\s+(?:(?:main|new|only|"
+                    r"big|real)\s+)?(?P<noun2>hobby|pastime|passion|go-to|drink)\b", re.I)
 # Chat drops the "I": "finally sold the Civic and bought a Mazda", "switched to Chennai Super Kings"
 IMPLIED_I = re.compile(r"(?:(?:ok|okay|so|well|and|also|finally|just|recently|officially|big news:?|update:?)[\s,!]+)*"
-                        r"(?:got|bought|sold|left|quit|joined|switched|moved|started|began|took up|swapped|traded|"
-                        r"changed|upgraded|replaced|finished|adopted|signed up|ditched|dropped|gave up)\b", re.I)
+                       r"(?:got|bought|sold|left|quit|joined|switched|moved|started|began|took up|swapped|traded|"
+                       r"changed|upgraded|replaced|finished|adopted|signed up|ditched|dropped|gave up)\b", re.I)
 QUESTION_WORD = re.compile(r"(?:what|how|which|is|are|should|can|could|do|does|did|where|who|why|when|will|would|"
-                            r"shall|may|might|has|have|any|anyone)\b", re.I)
+                           r"shall|may|might|has|have|any|anyone)\b", re.I)
 ASKS = re.compile(r"[,;:]\s+(?:(?:and|so|but|or|ok)\s+)?" + QUESTION_WORD.pattern, re.I)
 TAKE_TO_WORK = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:take|ride|catch|get)\s+(?:the\s+|a\s+|an\s+)?"
-                           r"(?P<v>[\w+-]+(?:\s+[\w+-]+)?)\s+(?:to|into)\s+(?:work|the office)\b", re.I)
+                          r"(?P<v>[\w+-]+(?:\s+[\w+-]+)?)\s+(?:to|into)\s+(?:work|the office)\b", re.I)
 # a favourite of a kind memory keeps no slot for ("favourite character", "favourite colour")
 OTHER_FAVOURITE = re.compile(FAVOURITE_WORD + r"\s+(?!(?:is|are|was|now|has|had|ever|of|too|by|and|but|so|lol|haha|"
-                              r"though|tho|at|for|in|on|right|these|this|atm|again)\b)[a-z]+", re.I)
+                             r"though|tho|at|for|in|on|right|these|this|atm|again)\b)[a-z]+", re.I)
 # whose a partner or pet is: "my girlfriend", "our cat", "the new kitten", "we got a hamster"
 OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?new\s+$|"
-                    r"\b(?:got|adopted|have|bought|rescued)\s+(?:a|an|the)\s+(?:\w+\s+)?$", re.I)
+                   r"\b(?:got|adopted|have|bought|rescued)\s+(?:a|an|the)\s+(?:\w+\s+)?$", re.I)
 # attributes whose value may stand right before the cue, a service's or a thing's name
 NAMED_BEFORE = frozenset({"internet_provider", "bank", "gym", "phone", "laptop", "car", "streaming_service"})
 PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
 UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"})
 QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
-                     r"\bautocorrect\w*", re.I)
+                    r"\bautocorrect\w*", re.I)
 GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
-                   r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
+                  r"(?:gone|on hold|(?:ancient )?history|over|dead to me|done)\b", re.I)
 NO_VALUE = re.compile(r"(?:the )?(?:one|ones|it|that|this|these|those|what|which|yours?|mine)\b", re.I)
 CORRECTION = re.compile(r"(?:(?:oh|oops|wait|hmm|hang on|well|sorry)[\s,!.—-]+)*(?:no|nope|oops|my bad|actually)[\s,!.—-]+"
-                         r"(?:(?:no|sorry|wait|actually|i mean|i meant)[\s,!.—-]+)*(?:(?:it's|its|it is|they're|"
-                         r"they are|he's|she's|i meant|i mean)\s+)?(?:the\s+|a\s+|an\s+)?(?P<v>[^,.!?;—]{1,40}?)"
-                         r"\s*(?:[,.!?;—]|$)", re.I)
+                        r"(?:(?:no|sorry|wait|actually|i mean|i meant)[\s,!.—-]+)*(?:(?:it's|its|it is|they're|"
+                        r"they are|he's|she's|i meant|i mean)\s+)?(?:the\s+|a\s+|an\s+)?(?P<v>[^,.!?;—]{1,40}?)"
+                        r"\s*(?:[,.!?;—]|$)", re.I)
 SENTENCE = re.compile(r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)\s+|\n+|\s+[—–]\s+|\s+-\s+")
 
 SAYING = re.compile(r"^(?:(?:oh|oops|wait|no|sorry|hmm|actually|nooo+|ok|so|well|hang on)\W*\s*)*"
-                     r"(?:(?:it's|it is|its|he's|she's|he is|she is|they're|i'm|i am|my \w+ is|that's)\s+)?"
-                     r"(?:(?:a|an|the|actually|really)\s+)*", re.I)
+                    r"(?:(?:it's|it is|its|he's|she's|he is|she is|they're|i'm|i am|my \w+ is|that's)\s+)?"
+                    r"(?:(?:a|an|the|actually|really)\s+)*", re.I)
 FUTURE = re.compile(r"\b(?:i'll|we'll|i will|we will|going to|gonna)\b", re.I)
 PAST = re.compile(r"\b(?:was|were|used to|before|previous(?:ly)?|former(?:ly)?|back then|ex)\b", re.I)
 PLACE_BEFORE = re.compile(r"\b(?:in|to|from|near|around|via)\s+(?:the\s+)?$", re.I)

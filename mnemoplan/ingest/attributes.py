@@ -38,7 +38,7 @@ from mnemoplan.extract.attributes import (
 from mnemoplan.extract.names import entity_key
 from mnemoplan.errors import InvalidInput
 from mnemoplan.model import EntityMention, FactIn, Record
-from mnemoplan.model.records import REQUESTING_ROLES, as_utc, check_scope
+from mnemoplan.model.records import as_utc, check_scope
 from mnemoplan.storage.ledger import KnownFact
 
 PREDICATE = "attribute "  # the predicate of an attribute fact: "attribute employer"
@@ -51,6 +51,11 @@ LASTING = frozenset({"age", "home_city", "neighbourhood", "hair_colour", "favour
 # Attributes whose value one is "at": "now I'm at X" names one of these
 AT_ATTRIBUTES = ("employer", "university", "gym", "bank", "doctor", "internet_provider", "streaming_service",
                  "favourite_team")
+
+
+def attribute_key(name: str) -> str:
+    """An attribute's key as a caller or the LLM names it: "Favourite food" -> ``favourite_food``."""
+    return re.sub(r"\W+", "_", name.strip().lower()).strip("_")
 
 
 def label(attribute: str) -> str:
@@ -97,7 +102,7 @@ def records_of(message: Record) -> list[Record]:
     an old value cost LoCoMo recall 1.3 points of R@10 (bench/README.md); there the sentence
     rules' six slots (lives in, works at, ...) still replace each other, and an agent can state
     a fact of anyone (``stated_record``)."""
-    if message.kind != "message" or message.speaker.lower() not in REQUESTING_ROLES:
+    if not message.requests:
         return []
     statements = attribute_statements(message.text)
     valued = {st.attribute for st in statements if st.value and st.attribute and not st.loose}
@@ -145,7 +150,7 @@ def stated_record(
     Raises:
         InvalidInput: no attribute, or neither a value nor ``ended``.
     """
-    attribute = re.sub(r"[\s-]+", "_", fact.attribute.strip().lower())
+    attribute = attribute_key(fact.attribute)
     value = (fact.value or "").strip()
     if not attribute:
         raise InvalidInput("fact.attribute is empty.", hint="e.g. {\"attribute\": \"employer\", \"value\": \"Mercari\"}")
@@ -209,7 +214,7 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
         if any(_same(f.object, value) for f in _current(known, attribute)):
             return Decision(store=False, supersede=[f.id for f in named], ended=[f.object for f in named])
         return Decision(store=True, supersede=[f.id for f in named], ended=[f.object for f in named])
-    if _said_before(fact, _current(known, attribute), meta):
+    if _said_before(fact, _current(known, attribute)):
         return Decision(store=False)
     if meta.get("ending"):
         # what the message itself states anew is not what it ends ("vegetarian now, not vegan anymore")
@@ -263,11 +268,12 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
     return Decision(store=True, supersede=[f.id for f in held], ended=ended)
 
 
-def _said_before(fact: Record, held: list[KnownFact], meta: dict[str, Any]) -> bool:
+def _said_before(fact: Record, held: list[KnownFact]) -> bool:
     """Whether a value or an ending was said before the attribute's held value: read late (an
     LLM reads a session after the rules) or dated back (an agent's fact, an import), it is
     history, and must not replace what was said after it. A value beside the others may still
     add; an unnamed attribute ("now I'm at X") is resolved later, against the latest value."""
+    meta = fact.metadata
     attribute = str(meta["attribute"])
     if (not held or not attribute or attribute in ("?", FAVOURITE_OF_SOME_KIND) or meta.get("adds")
             or meta.get("replaces") or _multi(attribute)):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -20,11 +19,10 @@ from pathlib import Path
 
 from mnemoplan.errors import MnemoError
 from mnemoplan.extract.names import entity_key
-from mnemoplan.ingest.attributes import attribute_record
+from mnemoplan.ingest.attributes import attribute_key, attribute_record
 from mnemoplan.ingest.llm_extractor import ExtractedFact, Extraction
 from mnemoplan.ingest.pipeline import Ingestor, SourcesGone
 from mnemoplan.model import EntityMention, Record
-from mnemoplan.model.records import REQUESTING_ROLES
 
 log = logging.getLogger(__name__)
 _SEP = "\x1f"
@@ -60,9 +58,8 @@ def llm_attribute_record(messages: dict[str, Record], fact: ExtractedFact) -> Re
     serves, said by them (as the rules read only theirs: ``attributes.records_of``); decided
     like the rules' (``attributes.decide``). None otherwise."""
     source = next((messages[s] for s in fact.sources if s in messages), None)
-    attribute = re.sub(r"[^a-z0-9]+", "_", fact.attribute.strip().lower()).strip("_")
-    if (source is None or not attribute or not (fact.value or fact.ended) or source.kind != "message"
-            or source.speaker.lower() not in REQUESTING_ROLES
+    attribute = attribute_key(fact.attribute)
+    if (source is None or not attribute or not (fact.value or fact.ended) or not source.requests
             or entity_key(fact.subject) not in ("", "i", "me", entity_key(source.speaker))):
         return None
     # an ending ends what it names ("ended: Farfetch" is no value Farfetch): decided like the rules'

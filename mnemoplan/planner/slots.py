@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from mnemoplan.extract.attributes import asked_attribute, mentions, names_another_value
 from mnemoplan.model import MemoryItem, Record
-from mnemoplan.model.records import REQUESTING_ROLES
+from mnemoplan.model.records import REQUESTING_ROLES, requests
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.planner.fusion import Candidate
 
@@ -50,17 +50,17 @@ class HeldValue:
     fact_id: str
     fact_at: datetime
     alone: bool = True  # the one current value (a second car said to add: another name may be it)
-    newer: Candidate | None = None
-    newer_at: datetime | None = None
+    newer: tuple[Candidate, datetime] | None = None  # the newer message, and when it was said
 
     def mark(self, items: list[MemoryItem]) -> list[MemoryItem]:
         for item in items:
             if not item.current:
                 continue
-            if self.newer is not None and self.newer_at is not None:
-                if item.id != self.newer.id and item.occurred_at < self.newer_at and mentions(item.text, self.held):
-                    _outdate(item, self.newer.id, self.newer_at)
-            elif (self.alone and item.kind == "message" and item.speaker.lower() in REQUESTING_ROLES
+            if self.newer is not None:
+                newer, at = self.newer
+                if item.id != newer.id and item.occurred_at < at and mentions(item.text, self.held):
+                    _outdate(item, newer.id, at)
+            elif (self.alone and requests(item.kind, item.speaker)
                   and item.occurred_at < self.fact_at and names_another_value(item.text, self.attribute, self.held)):
                 _outdate(item, self.fact_id, self.fact_at)
         return items
@@ -122,12 +122,13 @@ def slot_first(
         held = HeldValue(attribute, values[slot[0][2]], slot[0][2], slot[0][0], alone=len(slot) == 1)
         newer = _said_since(records, order[:NEWER_LOOK], user_id, attribute, held.fact_at, held.held)
         if newer is not None:  # a newer message of the asker's may name the value now: it leads
-            held.newer, held.newer_at = newer
+            held.newer = newer
             newer[0].score = lead + 1e-3 * (len(slot) + 1)
             newer[0].scores["slot"] = 0.0
             first.insert(0, newer[0])
     chosen = {c.id for c in first}
     return first + [c for c in order if c.id not in chosen], held
+
 
 def _said_since(
     records: Reads, top: list[Candidate], user_id: str, attribute: str, since: Any, held: str
@@ -141,8 +142,7 @@ def _said_since(
     found = records.get(user_id, [c.id for c in top])
     for cand in top:
         rec = found.get(cand.id)
-        if (rec is not None and rec.kind == "message" and rec.speaker.lower() in REQUESTING_ROLES
-                and not rec.superseded_by and rec.occurred_at > since
+        if (rec is not None and rec.requests and not rec.superseded_by and rec.occurred_at > since
                 and names_another_value(rec.text, attribute, held)):
             return cand, rec.occurred_at
     return None
