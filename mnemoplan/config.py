@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from platformdirs import user_data_dir
+from platformdirs import user_cache_dir, user_data_dir
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -22,6 +22,12 @@ def default_data_dir() -> Path:
     on Windows. ``$MNEMOPLAN_DATA_DIR`` overrides it (a Settings field).
     """
     return Path(user_data_dir("mnemoplan", appauthor=False))
+
+
+def default_model_cache_dir() -> Path:
+    """Where the embedding model's ONNX export is kept: the platform's per-user cache directory
+    (``~/.cache/mnemoplan/models`` on Linux). It can be deleted at any time: it is made again."""
+    return Path(user_cache_dir("mnemoplan", appauthor=False)) / "models"
 
 
 class Settings(BaseSettings):
@@ -51,9 +57,18 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(
         16, ge=1, le=1024, description="Sentences per forward pass; small batches pad less (fastest on CPU here)."
     )
-    embedding_threads: int = Field(0, ge=0, description="Torch threads; 0 keeps torch's default.")
+    embedding_threads: int = Field(
+        0, ge=0, description="Threads of one forward pass; 0: two where two cores are free (ONNX Runtime), "
+        "torch's default under torch.",
+    )
+    embedding_runtime: Literal["auto", "onnx", "torch"] = Field(
+        "auto", description="auto: ONNX Runtime for the bundled model (and any plain mean-pooling model), "
+        "exported once from its weights into model_cache_dir; torch for other models or if the export fails.",
+    )
+    model_cache_dir: Path = Field(
+        default_factory=default_model_cache_dir, description="Where the ONNX export of the embedding model is kept.")
     embedding_precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bfloat16 where the CPU computes it natively, else fp32."
+        "auto", description="Under torch: bfloat16 where the CPU computes it natively (auto), else fp32."
     )
 
     remember_in_background: bool = Field(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,11 @@ from mnemoplan.service.bootstrap import build_service
 from mnemoplan.service.service import MemoryService
 
 configure()  # what an entry point applies first (runtime.py)
+# The real model's ONNX export, made once per test run (the first test that loads the model) and
+# kept in a temporary directory rather than the user's cache.
+MODEL_CACHE = tempfile.mkdtemp(prefix="mnemoplan-test-models-")
+atexit.register(shutil.rmtree, MODEL_CACHE, ignore_errors=True)
+os.environ.setdefault("MNEMOPLAN_MODEL_CACHE_DIR", MODEL_CACHE)
 
 
 def make_service(data_dir: Path, **overrides: Any) -> MemoryService:
@@ -45,6 +53,7 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "",
         "LANCE_LOG": "error",
         "PYTHONPATH": os.pathsep.join(sys.path),
+        "MNEMOPLAN_MODEL_CACHE_DIR": os.environ["MNEMOPLAN_MODEL_CACHE_DIR"],
     }
     env.update(extra)
     return env

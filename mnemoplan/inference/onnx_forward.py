@@ -1,0 +1,131 @@
+"""The embedding model's forward pass through ONNX Runtime: the same weights and the same vectors
+as the torch pass (cosine >= 0.99999), in about half its time on a CPU, without importing torch.
+
+The ONNX graph is exported once from the model's own weights (``onnx_export``) and cached; this
+module only loads it and computes: the fast tokenizer from the model's ``tokenizer.json`` (the
+``tokenizers`` package, which the transformers library runs underneath), the session, mean pooling
+and token vectors exactly as ``forward.py`` computes them from torch.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemoplan.inference.forward import TOKEN_BATCH, TokenVectors, normalise
+from mnemoplan.runtime import usable_cpus
+
+log = logging.getLogger(__name__)
+
+
+def onnx_threads() -> int:
+    """Threads of a forward pass by default: two where the process may use two cores or more
+    (measured: bench/README.md), else one."""
+    return min(2, usable_cpus())
+
+
+def session_options(threads: int) -> Any:
+    """ONNX Runtime settings for one session: ``threads`` intra-op threads that sleep when idle.
+
+    Spinning threads (ONNX Runtime's default) hold a core after every pass; on a two-core machine
+    they starved the other work of a recall, and the other session (bench/README.md).
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = max(1, threads)
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3  # errors only: its warnings go to stderr, which stdio MCP shares
+    return options
+
+
+class OnnxForward:
+    """Mean-pooled embeddings and token vectors of a plain Transformer -> mean Pooling -> Normalize
+    model (MiniLM's), from its ONNX export.
+
+    Args:
+        onnx_path: The exported graph (``onnx_export.cached_export``).
+        model_dir: The model directory, for its ``tokenizer.json``.
+        max_length: The model's maximum sequence length (longer texts are cut, as sentence-transformers does).
+        threads: Intra-op threads of each pass.
+        batch_size: Texts per pass.
+
+    Raises:
+        ImportError: onnxruntime or tokenizers is not installed.
+        OSError, RuntimeError: the files cannot be read or the graph loaded.
+    """
+
+    name = "onnxruntime"
+    has_tokens = True
+
+    def __init__(self, onnx_path: Path, model_dir: Path, max_length: int, *, threads: int, batch_size: int) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        tokenizer.no_padding()  # the file pads every text to a fixed length; each batch is padded here
+        tokenizer.enable_truncation(max_length)
+        self._tokenizer = tokenizer
+        self._batch_size = batch_size
+        self._session = ort.InferenceSession(str(onnx_path), session_options(threads),
+                                             providers=["CPUExecutionProvider"])  # fmt: skip
+        self.dim = int(self._session.get_outputs()[0].shape[-1])
+
+    def _passes(self, texts: list[str], batch_size: int | None = None) -> Any:
+        """Passes over ``texts`` sorted by length, ``batch_size`` at a time (each padded to its
+        longest): yields each batch's positions in ``texts``, its encodings, its attention mask and
+        its last hidden layer."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        size = batch_size or self._batch_size
+        for start in range(0, len(order), size):
+            idx = order[start : start + size]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
+            width = max(len(e.ids) for e in encodings)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, enc in enumerate(encodings):
+                ids[row, : len(enc.ids)] = enc.ids
+                mask[row, : len(enc.ids)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            yield idx, encodings, mask, self._session.run(None, feed)[0]
+
+    @staticmethod
+    def _mean_pooled(mask: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+        weights = mask[..., None].astype(np.float32)
+        return (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1.0)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Each text's mean-pooled embedding (not normalised)."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for idx, _, mask, hidden in self._passes(texts):
+            out[idx] = self._mean_pooled(mask, hidden)
+        return out
+
+    def tokens(self, texts: list[str], project: np.ndarray | None = None, *,
+               batched: bool = False) -> tuple[np.ndarray, list[TokenVectors]]:  # fmt: skip
+        """Each text's normalised embedding and its token vectors (special tokens dropped, each
+        with the span of the word it belongs to), mapped by ``project`` when given and renormalised.
+        ``batched``: ingest's large batches; else a rerank's, in small length-sorted batches that pad less."""
+        means = np.zeros((len(texts), self.dim), dtype=np.float32)
+        out: list[TokenVectors | None] = [None] * len(texts)
+        for idx, encodings, mask, hidden in self._passes(texts, None if batched else TOKEN_BATCH):
+            means[idx] = self._mean_pooled(mask, hidden)
+            for row, (i, enc) in enumerate(zip(idx, encodings, strict=True)):
+                words, offsets = enc.word_ids, enc.offsets  # each access builds a new list
+                keep = [t for t, w in enumerate(words) if w is not None]
+                spans: dict[int, tuple[int, int]] = {}
+                for t in keep:
+                    a, b = offsets[t]
+                    lo, hi = spans.get(words[t], (a, b))
+                    spans[words[t]] = (min(lo, a), max(hi, b))
+                vectors = hidden[row, keep]
+                if project is not None:
+                    vectors = vectors @ project
+                out[i] = TokenVectors(normalise(vectors), [spans[words[t]] for t in keep])
+        return normalise(means), out  # type: ignore[return-value]
