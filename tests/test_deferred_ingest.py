@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from mnemoplan.model import MessageIn, Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.inbox import Inbox
+from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service
 
 SAID = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -91,6 +96,8 @@ def test_messages_accepted_before_a_crash_are_stored_at_the_next_start(tmp_path:
     try:
         hits = service.recall("where is the offsite booked", user_id="u").items
         assert record.id in [h.id for h in hits]
+        service.settle()
+        assert record.id in service.store.log.ids(RecordFilter("u"))
         assert not list((data / "inbox").glob("*.json"))
     finally:
         service.close()
@@ -104,5 +111,134 @@ def test_a_forgotten_user_leaves_no_accepted_text_behind(tmp_path: Path) -> None
         service.forget(scope="user", user_id="u")
         assert not list((data / "inbox").glob("*"))
         assert service.recall("passport", user_id="u").items == []
+    finally:
+        service.close()
+
+
+class HeldWorker:
+    """Keeps the worker from storing a user's calls (it waits for the user's write lock) until released."""
+
+    def __init__(self, service: MemoryService, user: str) -> None:
+        self._held, self._release = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._hold, args=(service, user))
+
+    def _hold(self, service: MemoryService, user: str) -> None:
+        with service.store.writing(user):
+            self._held.set()
+            self._release.wait()
+
+    def __enter__(self) -> HeldWorker:
+        self._thread.start()
+        self._held.wait()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._release.set()
+        self._thread.join()
+
+
+def in_thread(call: Callable[[], Any]) -> Any:
+    """``call()`` on another thread; its result, or a failure if it is still blocked after a minute
+    (a call that waits for the held worker would never return)."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert out, "the call waited for the worker"
+    return out[0]
+
+
+def test_recall_does_not_wait_for_accepted_messages_and_finds_them_by_their_words(tmp_path: Path) -> None:
+    service = make_service(tmp_path / "data", remember_in_background=True)
+    try:
+        stored = service.remember(content="The build server is called falconridge", user_id="u", session_id="old").ids
+        service.settle()
+        with HeldWorker(service, "u"):
+            said = service.remember(content="Our staging database runs on host kestrel-7", user_id="u",
+                                    session_id="s1").ids  # fmt: skip
+            assert service.deferred is not None and service.deferred.pending("u") == 1
+            result = in_thread(lambda: service.recall("which host runs the staging database", user_id="u"))
+            found = {i.id: i for i in result.items}
+            assert said[0] in found and found[said[0]].text == "Our staging database runs on host kestrel-7"
+            assert found[said[0]].session_id == "s1" and found[said[0]].confidence > 0.5  # its words match
+            other = in_thread(lambda: service.recall("what is the build server called", user_id="u"))
+            assert other.items[0].id == stored[0]  # what was stored is searched as ever
+        service.settle()
+        assert said[0] in service.store.log.ids(RecordFilter("u"))
+    finally:
+        service.close()
+
+
+def test_the_callers_own_session_is_neither_waited_for_nor_returned(tmp_path: Path) -> None:
+    service = make_service(tmp_path / "data", remember_in_background=True)
+    try:
+        with HeldWorker(service, "u"):
+            service.remember(content="The quarterly report goes to Nadia on Friday", user_id="u", session_id="now")
+            result = in_thread(lambda: service.recall("who gets the quarterly report", user_id="u", session_id="now"))
+            assert result.items == []
+            result = in_thread(lambda: service.recall("who gets the quarterly report", user_id="u",
+                                                      session_id="now", include_session=True))  # fmt: skip
+            assert [i.text for i in result.items] == ["The quarterly report goes to Nadia on Friday"]
+    finally:
+        service.close()
+
+
+def test_a_store_that_fails_is_retried_at_once_and_said_meanwhile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = make_service(tmp_path / "data", remember_in_background=True)
+    try:
+        real = service.ingestor.store_prepared
+        failing = threading.Event()
+        failing.set()
+        tried = threading.Semaphore(0)
+
+        def store_prepared(*args: Any, **kwargs: Any) -> Any:
+            tried.release()
+            if failing.is_set():
+                raise OSError(28, "No space left on device")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(service.ingestor, "store_prepared", store_prepared)
+        message = [MessageIn(content="The wifi password at the cabin is larch-and-fern", speaker="user",
+                             occurred_at=SAID)]  # fmt: skip
+        first = service.remember(messages=message, user_id="u", session_id="s")
+        tried.acquire()
+        tried.acquire()  # failed, and tried again without a restart
+        assert service.deferred is not None
+        service.deferred.wait("u")  # a failed store waits for its retry: readers do not wait for it
+        result = service.recall("what is the wifi password at the cabin", user_id="u")
+        assert [i.id for i in result.items] == first.ids  # found by its words meanwhile
+        assert any("not stored yet" in w for w in result.warnings)
+        again = service.remember(messages=message, user_id="u", session_id="s")  # the client retries
+        assert again.ids == first.ids and again.duplicates == 1
+        assert any("not stored yet" in w for w in again.warnings)
+        failing.clear()
+        service.deferred.wait("u", stored=True)
+        assert service.store.log.ids(RecordFilter("u", kinds=("message",))) == first.ids  # once
+        assert not list((tmp_path / "data" / "inbox").glob("*.json"))
+        assert service.recall("wifi password", user_id="u").warnings == []
+    finally:
+        service.close()
+
+
+def test_forget_reaches_accepted_messages_whose_store_keeps_failing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    service = make_service(data, remember_in_background=True)
+    try:
+        tried = threading.Semaphore(0)
+
+        def store_prepared(*args: Any, **kwargs: Any) -> Any:
+            tried.release()
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(service.ingestor, "store_prepared", store_prepared)
+        kept = service.remember(content="the alarm code is 2231", user_id="u", session_id="a").ids
+        gone = service.remember(content="my bank PIN is 9044", user_id="u", session_id="b").ids
+        tried.acquire()
+        receipt = service.forget(ids=gone, user_id="u")
+        assert receipt.ids == gone and receipt.removed == 1
+        assert service.deferred is not None and [r.id for r in service.deferred.waiting("u")] == kept
+        assert not any("9044" in p.read_text() for p in (data / "inbox").glob("*.json"))
+        assert service.forget(scope="session", session_id="a", user_id="u").ids == kept
+        assert service.recall("alarm code", user_id="u").items == []
     finally:
         service.close()

@@ -4,33 +4,51 @@ The caller's part is cheap: validate, tell repeats (against the store and what w
 the records with their ids, and write them to the inbox (one synced file). The rest (facts,
 session summaries, embeddings, the log append and the overlays) runs on one worker thread,
 a user's waiting calls together, so a burst of single messages is embedded and appended in
-batches. Reads of a user first wait for that user's accepted calls (read-your-writes): what
-``remember`` acknowledged is findable by the next recall. A crash before the worker stores a
-call leaves its file in the inbox; the next start stores it.
+batches.
+
+What ``remember`` acknowledged is findable by the next recall (read-your-writes), without the
+recall waiting for the embedding: recall searches what still waits by its words
+(``unindexed``) and reads it from here (``WithWaiting``). Other reads (deep search, forget)
+wait for the user's accepted calls. A store that fails is retried at once, then with a growing
+delay; its messages keep waiting (found, and a retried call is still a repeat), and ``warnings``
+says so. A crash before the worker stores a call leaves its file in the inbox; the next start
+stores it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mnemoplan.ingest.pipeline import IngestResult, Ingestor, NewMemory
-from mnemoplan.model import Record
+from mnemoplan.model import Record, RecordHead
 from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.bm25 import BM25Doc
+from mnemoplan.storage.documents import bm25_doc
 from mnemoplan.storage.inbox import Accepted, Inbox
 from mnemoplan.storage.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 64  # records stored in one go: bounds how long one user's batch holds the worker
+RETRY_FIRST_S = 0.5  # a failed store is retried after this, then twice as long each time...
+RETRY_MOST_S = 60.0  # ...up to this
 
 
 @dataclass
 class _UserQueue:
     waiting: list[Accepted] = field(default_factory=list)
     busy: bool = False  # the worker holds a batch of this user
+    failures: int = 0  # failed stores in a row of the first waiting batch
+    error: str = ""  # why the last one failed
+    retry_at: float = 0.0  # monotonic time before which the worker leaves this user's batch alone
+
+    def ready(self, now: float) -> bool:
+        return bool(self.waiting) and not self.busy and self.retry_at <= now
 
 
 class DeferredIngest:
@@ -101,10 +119,30 @@ class DeferredIngest:
         queue = self._users.get(user_id)
         return [r for a in queue.waiting for r in a.records] if queue else []
 
-    def wait(self, user_id: str | None = None) -> None:
-        """Block until the user's (or everyone's) accepted calls are stored (or failed)."""
+    def waiting(self, user_id: str) -> list[Record]:
+        """The user's records accepted and not yet stored (those being stored included), in order."""
         with self._cond:
-            self._cond.wait_for(lambda: self._idle(user_id))
+            return self._waiting_records(user_id)
+
+    def unindexed(self, user_id: str) -> list[BM25Doc]:
+        """What BM25 would index of the user's waiting records (the text alone, without the turn before)."""
+        return [bm25_doc(r, None) for r in self.waiting(user_id)]
+
+    def warnings(self, user_id: str) -> list[str]:
+        """What a tool's result says while the user's accepted messages cannot be stored."""
+        with self._cond:
+            queue = self._users.get(user_id)
+            if queue is None or not queue.failures:
+                return []
+            count = sum(len(a.records) for a in queue.waiting)
+        return [f"{count} accepted message(s) are not stored yet: storing them failed {queue.failures} time(s) "
+                f"({queue.error}); they are retried in the background, and found by their words meanwhile"]
+
+    def wait(self, user_id: str | None = None, *, stored: bool = False) -> None:
+        """Block until the user's (or everyone's) accepted calls are stored, or (unless ``stored``)
+        wait for the retry of a store that failed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._idle(user_id, stored))
 
     def pending(self, user_id: str | None = None) -> int:
         """Records accepted and not yet stored."""
@@ -112,9 +150,10 @@ class DeferredIngest:
             users = [user_id] if user_id is not None else list(self._users)
             return sum(len(a.records) for u in users if u in self._users for a in self._users[u].waiting)
 
-    def _idle(self, user_id: str | None) -> bool:
+    def _idle(self, user_id: str | None, stored: bool = False) -> bool:
         users = [user_id] if user_id is not None else list(self._users)
-        return all(u not in self._users for u in users)
+        queues = [self._users[u] for u in users if u in self._users]
+        return all(not stored and q.failures and not q.busy for q in queues)
 
     def drop(self, user_id: str) -> None:
         """A forget of the whole user: waiting calls of theirs are not stored (caller waits first
@@ -126,13 +165,44 @@ class DeferredIngest:
                 self._cond.notify_all()
         self.inbox.drop(user_id)
 
+    def discard(self, user_id: str, keep: Callable[[Record], bool]) -> list[str]:
+        """A forget of records that still wait (their store failed): those ``keep`` refuses are not
+        stored, and leave the inbox. Returns their ids. The caller waited first (``wait``)."""
+        gone: list[str] = []
+        with self._cond:
+            queue = self._users.get(user_id)
+            if queue is None or queue.busy:
+                return gone
+            kept: list[Accepted] = []
+            for accepted in queue.waiting:
+                records = [r for r in accepted.records if keep(r)]
+                gone += [r.id for r in accepted.records if not keep(r)]
+                if len(records) < len(accepted.records):
+                    self.inbox.done(accepted)
+                    if records:
+                        accepted = self.inbox.put(accepted.user_id, accepted.session_id, records)
+                if records:
+                    kept.append(accepted)
+            queue.waiting = kept
+            if not kept:
+                del self._users[user_id]
+            self._cond.notify_all()
+        return gone
+
     # -- the worker ------------------------------------------------------------------------
 
     def _next(self) -> tuple[str, list[Accepted]] | None:
         with self._cond:
-            self._cond.wait_for(lambda: self._closed or any(q.waiting and not q.busy for q in self._users.values()))
+            while True:
+                now = time.monotonic()
+                if self._closed and not any(q.ready(now) for q in self._users.values()):
+                    return None  # closed, nothing left that may be stored now
+                if any(q.ready(now) for q in self._users.values()):
+                    break
+                retries = [q.retry_at for q in self._users.values() if q.waiting and not q.busy]
+                self._cond.wait(timeout=max(0.0, min(retries) - now) if retries else None)
             for user_id, queue in self._users.items():
-                if queue.waiting and not queue.busy:
+                if queue.ready(now):
                     batch, size = [], 0
                     for accepted in queue.waiting:
                         if batch and (size + len(accepted.records) > MAX_BATCH
@@ -142,7 +212,7 @@ class DeferredIngest:
                         size += len(accepted.records)
                     queue.busy = True
                     return user_id, batch
-            return None  # closed, nothing left
+            return None
 
     def _run(self) -> None:
         while True:
@@ -151,21 +221,29 @@ class DeferredIngest:
                 return
             user_id, batch = picked
             result: IngestResult | None = None
+            error = ""
             try:
                 result = self._store(user_id, batch)
-            except Exception as exc:  # the files stay: the next start stores them
-                log.exception("storing %d accepted message(s) failed; they are stored at the next start",
+            except Exception as exc:  # the batch keeps waiting (and its files stay): retried, later and later
+                error = f"{type(exc).__name__}: {exc}"[:200]
+                log.exception("storing %d accepted message(s) failed; retried in the background",
                               sum(len(a.records) for a in batch))  # fmt: skip
-                self.failures.append(f"storing accepted messages failed ({type(exc).__name__}); retried at restart")
+                self.failures.append(f"storing accepted messages failed ({type(exc).__name__}); retried")
             if result is not None:  # before waiters hear of it: a forget of the user finds no file
                 for accepted in batch:
                     self.inbox.done(accepted)
             with self._cond:
                 queue = self._users[user_id]
-                queue.waiting = queue.waiting[len(batch):]
                 queue.busy = False
-                if not queue.waiting:
-                    del self._users[user_id]
+                if result is None:
+                    queue.failures += 1
+                    queue.error = error
+                    queue.retry_at = time.monotonic() + min(RETRY_MOST_S, RETRY_FIRST_S * 2 ** (queue.failures - 1))
+                else:
+                    queue.waiting = queue.waiting[len(batch):]
+                    queue.failures, queue.error, queue.retry_at = 0, "", 0.0
+                    if not queue.waiting:
+                        del self._users[user_id]
                 self._cond.notify_all()
             if result is not None:
                 if self._stored is not None and result.stored:
@@ -182,9 +260,52 @@ class DeferredIngest:
             return self.ingestor.store_prepared(user_id, fresh, batch[0].session_id)
 
     def close(self) -> None:
-        """Store what waits, then stop the worker."""
+        """Store what waits, then stop the worker (what keeps failing stays in the inbox for the next start)."""
         self.wait()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._worker.join()
+
+
+class RecordReader(Protocol):
+    """What recall reads records from (the log)."""
+
+    def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
+        """Records of one user by id."""
+        ...
+
+    def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
+        """What ranking reads of some records, if held in memory; else None."""
+        ...
+
+
+class WithWaiting:
+    """The log as recall reads records, and the records still waiting to be stored besides
+    (``RecordSource``): what the search found of them by their words is returned like any memory.
+
+    Args:
+        log: Reads stored records (the log).
+        deferred: What waits.
+    """
+
+    def __init__(self, log: RecordReader, deferred: DeferredIngest) -> None:
+        self._log, self._deferred = log, deferred
+
+    def _waiting(self, user_id: str, ids: list[str], found: Mapping[str, object]) -> dict[str, Record]:
+        missing = set(ids) - found.keys()
+        if not missing:
+            return {}
+        return {r.id: r for r in self._deferred.waiting(user_id) if r.id in missing}
+
+    def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
+        """Records of one user by id: stored, else waiting."""
+        found = self._log.get(user_id, ids)
+        return {**found, **self._waiting(user_id, ids, found)}
+
+    def heads(self, user_id: str, ids: list[str]) -> dict[str, RecordHead] | None:
+        """What ranking reads of some records, if the log holds the user in memory (see ``LanceLog.heads``)."""
+        found = self._log.heads(user_id, ids)
+        if found is None:
+            return None
+        return {**found, **{rid: r.head() for rid, r in self._waiting(user_id, ids, found).items()}}

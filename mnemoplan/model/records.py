@@ -261,6 +261,13 @@ class Record(BaseModel):
         """Whether this is a user's turn to an assistant (see ``requests``)."""
         return requests(self.kind, self.speaker)
 
+    def head(self) -> RecordHead:
+        """What ranking reads of this record."""
+        return RecordHead(id=self.id, project_id=self.project_id, session_id=self.session_id, seq=self.seq,
+                          prev_id=self.prev_id, occurred_at=self.occurred_at, importance=self.importance,
+                          superseded_by=self.superseded_by, access_count=self.access_count, asks=self.asks,
+                          alone=self.alone, requests=self.requests)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class RecordHead:

@@ -61,6 +61,7 @@ class Signals:
     cosine: float
     coverage: float
     unknown: float
+    embedded: bool = True  # the item has a stored vector (one still waiting to be stored has none)
 
 
 def coverage(keywords: Sequence[str], text: str) -> float:
@@ -128,21 +129,24 @@ class ConfidenceScorer:
         out = []
         for item in items:
             v = stored.get(item.id)
-            cos = float(np.dot(q, v) / (np.linalg.norm(v) or 1.0)) if v is not None and v.size == q.size else 0.0
-            out.append(Signals(cosine=cos, coverage=coverage(keywords, item.text), unknown=unknown))
+            embedded = v is not None and v.size == q.size
+            cos = float(np.dot(q, v) / (np.linalg.norm(v) or 1.0)) if embedded else 0.0
+            out.append(Signals(cosine=cos, coverage=coverage(keywords, item.text), unknown=unknown,
+                               embedded=embedded or not cosine))  # fmt: skip
         return out
 
     def annotate(
         self, query: str, analysis: QueryAnalysis | None, items: list[MemoryItem], user_id: str
     ) -> tuple[list[MemoryItem], bool]:
-        """The items with their confidence set, and whether none of them is relevant (no_match)."""
+        """The items with their confidence set, and whether none of them is relevant (no_match).
+        An item without a stored vector (accepted, not stored yet) is judged by its words alone."""
         cosine = self.uses_cosine()
-        model = self.model if cosine else self.lexical
         signals = self.signals(query, analysis, items, user_id, cosine=cosine)
         scored = [
-            item.model_copy(update={"confidence": round(model(s.cosine, s.coverage, s.unknown), 4)})
+            item.model_copy(update={"confidence": round(
+                (self.model if cosine and s.embedded else self.lexical)(s.cosine, s.coverage, s.unknown), 4)})
             for item, s in zip(items, signals, strict=True)
-        ]
+        ]  # fmt: skip
         return scored, no_match(scored)
 
 

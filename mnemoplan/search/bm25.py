@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
-from mnemoplan.storage.bm25 import BM25Index
+from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.model import IndexDescriptor, ParamSpec
 
 
@@ -26,17 +28,23 @@ class BM25SearchIndex(SearchIndex):
         examples=[{"query": "adoption agencies", "params": {"top_k": 20}}],
     )
 
-    def __init__(self, index: BM25Index) -> None:
+    def __init__(self, index: BM25Index, unindexed: Callable[[str], list[BM25Doc]] | None = None) -> None:
+        """``unindexed(user_id)``: the user's documents accepted but not indexed yet (they wait to be
+        embedded and stored); they are scored here, beside the index's own, so what remember
+        acknowledged is found by its words before it is stored."""
         self._index = index
+        self._unindexed = unindexed
 
     def search(self, req: SearchRequest) -> list[Hit]:
         text = self.param(req, "query") or req.query
-        hits = self._index.search(
-            req.user_id,
-            text,
-            int(self.param(req, "top_k")),
-            kinds=self.param(req, "kinds"),
-            session_id=self.param(req, "session_id"),
-            project_id=req.project_id or None,
-        )
+        top_k, kinds, session = int(self.param(req, "top_k")), self.param(req, "kinds"), self.param(req, "session_id")
+        hits = self._index.search(req.user_id, text, top_k, kinds=kinds, session_id=session,
+                                  project_id=req.project_id or None)  # fmt: skip
+        waiting = [d for d in self._unindexed(req.user_id) if (not kinds or d.kind in kinds)
+                   and (not session or d.session_id == session)
+                   and (not req.project_id or d.project_id == req.project_id)] if self._unindexed else []  # fmt: skip
+        if waiting:
+            known = {rid for rid, _ in hits}  # stored meanwhile: the index's score stands
+            extra = [hit for hit in self._index.score_unindexed(req.user_id, text, waiting) if hit[0] not in known]
+            hits = sorted(hits + extra, key=lambda hit: -hit[1])[:top_k]
         return [Hit(rid, score, self.name) for rid, score in hits]

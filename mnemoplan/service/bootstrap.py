@@ -41,7 +41,7 @@ from mnemoplan.planner.rerank.cross_encoder import CrossEncoderReranker
 from mnemoplan.planner.rerank.late_interaction import LateInteractionReranker
 from mnemoplan.planner.rerank.llm import LLMReranker
 from mnemoplan.ingest.background import BackgroundExtraction
-from mnemoplan.ingest.deferred import DeferredIngest
+from mnemoplan.ingest.deferred import DeferredIngest, WithWaiting
 from mnemoplan.ingest.pipeline import Ingestor
 from mnemoplan.storage.inbox import Inbox
 from mnemoplan.service.limits import Limits
@@ -50,13 +50,15 @@ from mnemoplan.service.service import MemoryService
 log = logging.getLogger(__name__)
 
 
-def build_registry(store: MemoryStore, tokens: TokenEncoder | None = None) -> IndexRegistry:
+def build_registry(
+    store: MemoryStore, tokens: TokenEncoder | None = None, deferred: DeferredIngest | None = None
+) -> IndexRegistry:
     """Every searchable index over one store (``token_match`` when the embedding model gives a
-    query's token vectors)."""
+    query's token vectors; BM25 also over what ``deferred`` holds, accepted and not stored yet)."""
     keys = lambda u: store.keys(u, create=False)  # noqa: E731
     registry = IndexRegistry()
     registry.register(SemanticIndex(store.log))
-    registry.register(BM25SearchIndex(store.bm25))
+    registry.register(BM25SearchIndex(store.bm25, deferred.unindexed if deferred is not None else None))
     registry.register(EntityGraphIndex(store.graph, keys, store.catalog))
     registry.register(GraphTraversalIndex(store.graph, keys, store.catalog, store.log))
     registry.register(TemporalIndex(store.log))
@@ -119,8 +121,23 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         if repaired:
             log.warning("repaired %d interrupted write(s)", repaired)
         store.maintain_if_fragmented()
-    registry = build_registry(store, tokens)
+    ingestor = Ingestor(
+        store, embedder.embed, embed_with_tokens=tokens.embed_with_tokens if tokens is not None else None,
+        sentences=sentences,
+    )
     client = llm_client(settings)
+    extraction = None
+    if client is not None and not store.read_only:
+        extraction = BackgroundExtraction(
+            ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
+            every=settings.llm_extraction_every,
+        )  # fmt: skip
+    deferred = None
+    if settings.remember_in_background and not store.read_only:
+        listener = (lambda user, session, stored: extraction.note(  # type: ignore[union-attr]
+            user, session, [r.id for r in stored if r.kind == "message"])) if extraction is not None else None
+        deferred = DeferredIngest(store, ingestor, Inbox(settings.data_dir / "inbox"), stored=listener)
+    registry = build_registry(store, tokens, deferred)
     llm = llm_parts(settings, client)
     recall_reranker: Reranker | None = None
     if settings.recall_rerank != "off":
@@ -130,7 +147,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         registry=registry,
         analyzer=QueryAnalyzer(store.catalog),
         executor=PlanExecutor(registry, pool),
-        records=store.log,
+        records=WithWaiting(store.log, deferred) if deferred is not None else store.log,
         embed_query=embedder.embed_query,
         config=recall_config(settings),
         reranker=recall_reranker,
@@ -151,21 +168,6 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
     if llm.reranker is None:  # deep search's default only: recall's choice was made above
         llm = replace(llm, reranker=token_reranker(settings, tokens, store.bm25, registry))
     deep = DeepSearch(recall, deep_config(settings), llm)
-    ingestor = Ingestor(
-        store, embedder.embed, embed_with_tokens=tokens.embed_with_tokens if tokens is not None else None,
-        sentences=sentences,
-    )
-    extraction = None
-    if client is not None and not store.read_only:
-        extraction = BackgroundExtraction(
-            ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
-            every=settings.llm_extraction_every,
-        )  # fmt: skip
-    deferred = None
-    if settings.remember_in_background and not store.read_only:
-        listener = (lambda user, session, stored: extraction.note(  # type: ignore[union-attr]
-            user, session, [r.id for r in stored if r.kind == "message"])) if extraction is not None else None
-        deferred = DeferredIngest(store, ingestor, Inbox(settings.data_dir / "inbox"), stored=listener)
     # At start-up, not in the first query or message that names a date; but once the service is
     # built, not within the build: dateparser's warm-up (compiling its time-zone patterns) was most
     # of the build, and a first call need not wait for it.
@@ -192,6 +194,8 @@ def settings_embedding(settings: Settings) -> EmbeddingModel:
         batch_size=settings.embedding_batch_size,
         threads=settings.embedding_threads,
         precision=settings.embedding_precision,
+        runtime=settings.embedding_runtime,
+        cache_dir=settings.model_cache_dir,
     )
 
 

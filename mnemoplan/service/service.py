@@ -24,7 +24,7 @@ from mnemoplan.service.failures import storage_errors
 from mnemoplan.service.limits import Limits, json_chars
 from mnemoplan.service.search_log import SearchLog, search_summary
 from mnemoplan.storage.lock import can_write
-from mnemoplan.storage.store import MemoryStore
+from mnemoplan.storage.store import DeleteReport, MemoryStore
 from mnemoplan.model import (
     DeepSearchResult,
     ExplainPlanResult,
@@ -33,6 +33,7 @@ from mnemoplan.model import (
     MemoryItem,
     MessageIn,
     QueryPlan,
+    Record,
     RecallOptions,
     RecallResult,
     RememberResult,
@@ -111,9 +112,7 @@ class MemoryService:
 
     # -- argument checks -----------------------------------------------------------------
 
-    def _logged(
-        self, tool: str, user: str, query: str, search: Callable[[], SearchResult]
-    ) -> SearchResult:
+    def _logged(self, tool: str, user: str, query: str, search: Callable[[], SearchResult]) -> SearchResult:
         """Run a search and log it (query, plan, timings, counts, rounds, cost, outcome)."""
         started = time.perf_counter()
         entry: dict[str, Any] = {"ts": datetime.now(UTC).isoformat(), "tool": tool, "user_id": user, "query": query}
@@ -145,13 +144,17 @@ class MemoryService:
             )
         return check_scope(self.default_user_id if user_id is None else user_id, what="user_id", required=True)
 
-    def _reader(self, user_id: str | None) -> str:
-        """The user of a read, once every write of theirs that returned is visible."""
+    def _reader(self, user_id: str | None, *, wait_accepted: bool = True) -> str:
+        """The user of a read, once every write of theirs that returned is visible: stored, or
+        (``wait_accepted`` False: recall, which searches them where they wait) accepted."""
         user = self._user(user_id)
-        if self.deferred is not None:
+        if self.deferred is not None and wait_accepted:
             self.deferred.wait(user)
         self.store.wait_for_writes(user)
         return user
+
+    def _waiting_warnings(self, user: str) -> list[str]:  # while the user's accepted messages cannot be stored
+        return self.deferred.warnings(user) if self.deferred is not None else []
 
     def settle(self) -> None:
         """Wait until every accepted message is stored and searchable (benchmarks, shutdown)."""
@@ -253,7 +256,7 @@ class MemoryService:
                 self.deferred.wait(user)
                 self.extraction.note(user, session, [], flush=True)
             return RememberResult(user_id=user, session_id=session, ids=ids, stored=len(ids) - duplicates,
-                                  duplicates=duplicates, derived=0, warnings=[])  # fmt: skip
+                                  duplicates=duplicates, derived=0, warnings=self._waiting_warnings(user))  # fmt: skip
         if self.deferred is not None:
             self.deferred.wait(user)  # in order after the user's accepted calls
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
@@ -293,7 +296,7 @@ class MemoryService:
         Raises:
             InvalidInput: bad query, limit, scope or time range.
         """
-        user = self._reader(user_id)
+        user = self._reader(user_id, wait_accepted=False)
         query = self._query(query)
         limit = self.limits.recall_default_limit if limit is None else limit
         if not 1 <= limit <= self.limits.recall_max_limit:
@@ -307,8 +310,9 @@ class MemoryService:
             check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars,
                        hint="Send the turn shortened, or raise MNEMOPLAN_MAX_TEXT_CHARS.")
         now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
-        return self._logged("recall", user, query, lambda: self.recall_pipeline.run(
+        result = self._logged("recall", user, query, lambda: self.recall_pipeline.run(
             query, scope, limit=limit, reference_time=now, options=options, history=history))  # fmt: skip
+        return result.model_copy(update={"warnings": result.warnings + self._waiting_warnings(user)})
 
     @storage_errors("deep_memory_search")
     def deep_search(
@@ -401,7 +405,8 @@ class MemoryService:
             wanted = check_record_ids(ids)
             found = set(self.store.log.ids(RecordFilter(user, ids=tuple(wanted))))
             unfinished = self.store.unfinished_ids(user)
-            unknown = [rid for rid in wanted if rid not in found and rid not in unfinished]
+            waiting = {r.id for r in self.deferred.waiting(user)} if self.deferred is not None else set()
+            unknown = [rid for rid in wanted if rid not in found and rid not in unfinished and rid not in waiting]
             if unknown:
                 raise NotFound(
                     f"{len(unknown)} id(s) are not memories of user {user!r} (never stored, or forgotten "
@@ -410,6 +415,7 @@ class MemoryService:
                     "needs no retry.",
                 )
             report = self.store.delete(user, [rid for rid in wanted if rid in found])
+            self._discard_waiting(report, user, lambda r: r.id not in wanted)
             label = "ids"
         elif scope == "user":
             report = self.store.drop_user(user)
@@ -423,6 +429,8 @@ class MemoryService:
             else:
                 where = RecordFilter(user, session_id=value)
             report = self.store.delete(user, self.store.log.ids(where))
+            field = "project_id" if scope == "project" else "session_id"
+            self._discard_waiting(report, user, lambda r: getattr(r, field) != value)
             label = scope
         else:
             raise InvalidInput(f"Unknown scope {scope!r}.", hint="Use user, project or session.")
@@ -452,6 +460,12 @@ class MemoryService:
             warnings=report.warnings,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
+
+    def _discard_waiting(self, report: DeleteReport, user: str, keep: Callable[[Record], bool]) -> None:
+        """Forget, too, what still waits to be stored (its store failed, and is being retried)."""
+        if gone := self.deferred.discard(user, keep) if self.deferred is not None else []:
+            report.ids.extend(rid for rid in gone if rid not in report.ids)
+            report.per_store["accepted"] = len(gone)
 
     @storage_errors("explain_plan")
     def explain_plan(self, query: str, *, user_id: str | None = None, full: bool = False) -> ExplainPlanResult:

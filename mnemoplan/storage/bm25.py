@@ -407,6 +407,29 @@ class BM25Index:
             out.append(max(math.log((n + 1) / (df + 0.5)), 0.0))
         return out
 
+    def score_unindexed(self, user_id: str, text: str, docs: list[BM25Doc]) -> list[tuple[str, float]]:
+        """BM25 scores of documents not in the index yet (accepted, still waiting to be stored), on
+        the scale of ``search``'s: each query term's idf from the user's index, Tantivy's formula
+        (k1 1.2, b 0.75), the documents' own mean length for the average. (record id, score) of
+        those that match, best first."""
+        terms = self.terms(text)
+        if not terms or not docs:
+            return []
+        handle = self._handle(user_id, create=False)
+        searcher = handle.index.searcher() if handle is not None else None
+        n = searcher.num_docs if searcher is not None else 0
+        idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5))
+               for t in terms for df in [searcher.doc_freq("body", t) if searcher is not None else 0]}  # fmt: skip
+        analysed = [list(self._analyzer.analyze(doc.body)) for doc in docs]
+        mean = max(sum(map(len, analysed)) / len(analysed), 1.0)
+        out = []
+        for doc, words in zip(docs, analysed, strict=True):
+            norm = 1.2 * (0.25 + 0.75 * len(words) / mean)
+            score = sum(idf[t] * tf * 2.2 / (tf + norm) for t in terms for tf in [words.count(t)] if tf)
+            if score > 0:
+                out.append((doc.id, score))
+        return sorted(out, key=lambda hit: -hit[1])
+
     def search(
         self,
         user_id: str,
