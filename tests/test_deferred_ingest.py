@@ -242,3 +242,34 @@ def test_forget_reaches_accepted_messages_whose_store_keeps_failing(tmp_path: Pa
         assert service.recall("alarm code", user_id="u").items == []
     finally:
         service.close()
+
+
+def test_a_question_about_the_askers_attribute_waits_for_what_may_change_it(tmp_path: Path) -> None:
+    service = make_service(tmp_path / "data", remember_in_background=True)
+    try:
+        said = [MessageIn(content="I live in Utrecht and the rent is wild", speaker="user", occurred_at=SAID)]
+        service.remember(messages=said, user_id="u", session_id="s1")
+        service.settle()
+        assert service.deferred is not None
+        waits, real_wait = threading.Event(), service.deferred.wait
+
+        def wait(*args: Any, **kwargs: Any) -> None:
+            waits.set()
+            real_wait(*args, **kwargs)
+
+        service.deferred.wait = wait  # type: ignore[method-assign]
+        with HeldWorker(service, "u"):
+            moved = [MessageIn(content="update: we moved to Rotterdam! new place is near the park", speaker="user",
+                               occurred_at=SAID.replace(month=6))]  # fmt: skip
+            service.remember(messages=moved, user_id="u", session_id="s2")
+            answer: list[Any] = []
+            asking = threading.Thread(target=lambda: answer.append(service.recall("where do I live these days?",
+                                                                                  user_id="u", limit=5)))  # fmt: skip
+            asking.start()
+            waits.wait()  # it waits for the worker, which the test holds
+        asking.join()
+        first = answer[0].items[0]
+        assert "Rotterdam" in first.text and first.current
+        assert all(not i.current for i in answer[0].items if "Utrecht" in i.text and "Rotterdam" not in i.text)
+    finally:
+        service.close()

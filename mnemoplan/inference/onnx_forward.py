@@ -27,7 +27,7 @@ def onnx_threads() -> int:
     return min(2, usable_cpus())
 
 
-def session_options(threads: int) -> Any:
+def session_options(threads: int, spin: bool = False) -> Any:
     """ONNX Runtime settings for one session: ``threads`` intra-op threads that sleep when idle.
 
     Spinning threads (ONNX Runtime's default) hold a core after every pass; on a two-core machine
@@ -40,7 +40,7 @@ def session_options(threads: int) -> Any:
     options.intra_op_num_threads = max(1, threads)
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     options.log_severity_level = 3  # errors only: its warnings go to stderr, which stdio MCP shares
     return options
 

@@ -22,11 +22,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from mnemoplan.extract.attributes import asked_attribute
 from mnemoplan.ingest.pipeline import IngestResult, Ingestor, NewMemory
 from mnemoplan.model import Record, RecordHead
-from mnemoplan.model.scope import RecordFilter
+from mnemoplan.model.scope import RecordFilter, Scope
 from mnemoplan.storage.bm25 import BM25Doc
 from mnemoplan.storage.documents import bm25_doc
 from mnemoplan.storage.inbox import Accepted, Inbox
@@ -143,6 +144,18 @@ class DeferredIngest:
         wait for the retry of a store that failed."""
         with self._cond:
             self._cond.wait_for(lambda: self._idle(user_id, stored))
+
+    def wait_for_facts(self, scope: Scope, query: str) -> None:
+        """Before recall answers a question about one of the asker's attributes ("where do I live
+        now?"), wait for the records it may read that still wait: the answer's fact would be read
+        from them (``planner.slots``), and the older value would lead meanwhile. Any other recall
+        searches what waits by its words, without waiting."""
+        if not asked_attribute(query)[0]:
+            return
+        with self._cond:
+            waiting = self._waiting_records(scope.user_id)
+        if any(scope.admits(r) for r in waiting):  # the caller's own session is left out: not waited for
+            self.wait(scope.user_id)
 
     def pending(self, user_id: str | None = None) -> int:
         """Records accepted and not yet stored."""
@@ -279,6 +292,10 @@ class RecordReader(Protocol):
         """What ranking reads of some records, if held in memory; else None."""
         ...
 
+    def select(self, where: RecordFilter, columns: list[str]) -> list[dict[str, Any]]:
+        """Some columns of the records a filter selects."""
+        ...
+
 
 class WithWaiting:
     """The log as recall reads records, and the records still waiting to be stored besides
@@ -309,3 +326,9 @@ class WithWaiting:
         if found is None:
             return None
         return {**found, **{rid: r.head() for rid, r in self._waiting(user_id, ids, found).items()}}
+
+    def select(self, where: RecordFilter, columns: list[str]) -> list[dict[str, Any]]:
+        """Some columns of the stored records a filter selects (``LanceLog.select``): the attribute
+        facts a question about the asker reads were stated by a stored record's facts, or by a
+        remember of a fact, which stores before it answers."""
+        return self._log.select(where, columns)

@@ -174,10 +174,7 @@ class MemoryService:
 
     @staticmethod
     def _window(time_range: TimeRange | None) -> tuple[datetime | None, datetime | None]:
-        if time_range is None:
-            return None, None
-        time_range = time_range.checked()
-        return time_range.after, time_range.before
+        return (None, None) if time_range is None else (time_range.checked().after, time_range.checked().before)
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -309,6 +306,8 @@ class MemoryService:
         for i, turn in enumerate(history or []):
             check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars,
                        hint="Send the turn shortened, or raise MNEMOPLAN_MAX_TEXT_CHARS.")
+        if self.deferred is not None:  # an attribute question reads the facts of what waits
+            self.deferred.wait_for_facts(scope, query)
         now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
         result = self._logged("recall", user, query, lambda: self.recall_pipeline.run(
             query, scope, limit=limit, reference_time=now, options=options, history=history))  # fmt: skip
