@@ -16,8 +16,11 @@ from mnemoplan.storage.log.token_cache import (
     TokenCache,
     merge_small,
     pack,
+    pack_parts,
     unpack,
 )
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.schema import KIND_CODES
 from mnemoplan.service.service import MemoryService
 from tests.conftest import make_service, server_env
 from tests.test_store import say
@@ -58,6 +61,36 @@ def test_a_block_scores_each_memory_by_its_best_token_per_query_token() -> None:
     joined = merge_small((block, block, block), most=2)
     assert len(joined) == 2 and np.allclose(np.concatenate([b.match(project(query), weights) for b in joined]),
                                             np.concatenate([scores] * 3), atol=1e-5)  # fmt: skip
+
+
+def test_a_message_scored_from_its_passages_scores_as_if_it_held_their_tokens() -> None:
+    rng = np.random.default_rng(4)
+    first, second = _unit(rng, 4), _unit(rng, 6)
+    ids = ["a" * 32, "b" * 32, "c" * 32]  # the message, then its two passages
+    whole = TokenBlock.build(ids[:1], [pack(np.concatenate([first, second]))], [0], [""], [0])
+    kinds = [KIND_CODES["message"], KIND_CODES["passage"], KIND_CODES["passage"]]
+    parts = TokenBlock.build(ids, [pack_parts(ids[1:]), pack(first), pack(second)], kinds, [""] * 3, [0] * 3)
+    assert parts.tokens == 10 and parts.ids == [ids[1], ids[2], ids[0]]  # each token held once
+    query, weights = project(np.stack([first[1], second[2]])), np.array([0.5, 0.5])  # one word from each
+    assert np.allclose(parts.match(query, weights)[2], whole.match(query, weights)[0], atol=1e-6)
+    split = TokenBlock.build(ids[:1], [pack_parts(ids[1:])], [0], [""], [0])  # passages in another block
+    assert split.match(query, weights)[0] == 0.0  # alone it has nothing to score...
+    found = parts.part_columns(parts.best(query))
+    assert np.allclose(split.match(query, weights, found)[0], whole.match(query, weights)[0], atol=1e-6)  # ...not so
+
+
+def test_a_long_message_stores_its_tokens_once_and_is_matched_through_its_passages(service: MemoryService) -> None:
+    reply = "\n\n".join(["We compared planners and calendars for the team at length. " * 14,
+                          "The cold storage bucket heron-archive-eu rotates every thirty days. " * 2,
+                          "Reminders and shared lists were discussed for a long while too. " * 14])  # fmt: skip
+    rid = service.remember(content=reply, speaker="assistant", user_id="u").ids[0]
+    rows = service.store.log.select(RecordFilter("u"), ["id", "kind", "tokens"])
+    passages = [r["id"] for r in rows if r["kind"] == "passage"]
+    message = next(r for r in rows if r["id"] == rid)
+    assert len(passages) > 1 and token_store.parts_of(message["tokens"]) == passages
+    hits = service.single_index_search("token_match", "heron archive bucket", user_id="u",
+                                       params={"kinds": ["message"]})  # fmt: skip
+    assert [h.id for h in hits] == [rid]  # scored through passages its step's filter leaves out
 
 
 def test_a_block_scored_in_slices_scores_as_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,7 @@ from mnemoplan.ingest.episodes import episode_vector, episodes_due
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.storage.store import MemoryStore
 from mnemoplan.inference.token_vectors import projection
-from mnemoplan.storage.log.token_cache import pack_many
+from mnemoplan.storage.log.token_cache import pack_many, pack_parts
 from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
 
@@ -218,24 +218,27 @@ class Ingestor:
     def _pack(self, records: list[Record], texts: list[str], owner: list[int],
               tokens: list[TokenVectors], part_of: list[int]) -> list[bytes | None]:  # fmt: skip
         """Each record's content tokens, packed (all its tokens when none is content); a passage
-        has its own, the message all of its passages'."""
+        has its own, and its message names its passages (``pack_parts``): each token is stored once."""
         if not tokens:
             return [None] * len(records)
         content: dict[str, bool] = {}
         kept: list[list[np.ndarray]] = [[] for _ in records]
         every: list[list[np.ndarray]] = [[] for _ in records]
+        parts: dict[int, list[str]] = {}
         for text, i, j, tv in zip(texts, owner, part_of, tokens, strict=True):
             words = [text[a:b] for a, b in tv.words]
             for word in set(words) - content.keys():
                 content[word] = bool(self.store.bm25.terms(word))
             keep = np.array([content[w] for w in words], dtype=bool)
-            for k in (i, j) if j >= 0 else (i,):
-                kept[k].append(tv.vectors[keep])
-                every[k].append(tv.vectors)
+            if j >= 0:
+                parts.setdefault(i, []).append(records[j].id)
+            kept[j if j >= 0 else i].append(tv.vectors[keep])
+            every[j if j >= 0 else i].append(tv.vectors)
         chosen = [np.concatenate(k if any(len(m) for m in k) else e) if e else None
                   for k, e in zip(kept, every, strict=True)]  # fmt: skip
         packed = iter(pack_many([m for m in chosen if m is not None]))
-        return [None if m is None else next(packed) for m in chosen]
+        return [pack_parts(parts[n]) if n in parts else None if m is None else next(packed)
+                for n, m in enumerate(chosen)]  # fmt: skip
 
     def prepare(
         self, user_id: str, memories: list[NewMemory], session_id: str, project_id: str,

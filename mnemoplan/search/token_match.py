@@ -103,13 +103,24 @@ class TokenMatchIndex(SearchIndex):
         where = RecordFilter(req.user_id, req.project_id, req.after, req.before, kinds=kinds)
         ids: list[str] = []
         scores: list[np.ndarray] = []
+        parts: dict[str, np.ndarray] = {}  # the passages' best cosines, which their messages are scored from
+        composed: list[tuple[str, tuple[str, ...]]] = []
         for block in itertools.chain([first], blocks):  # one block at a time: a scanned user is never whole
+            best = block.best(query)
+            parts.update(block.part_columns(best))
+            n = len(block.starts)
             keep = np.flatnonzero(block.mask(where))
+            composed += [(block.ids[i], block.parts[i - n]) for i in keep[keep >= n]]
+            keep = keep[keep < n]
             if keep.size:
-                match = block.match(query, weights)[keep]
-                best = np.argsort(-match, kind="stable")[:top_k]
-                ids.extend(block.ids[keep[i]] for i in best)
-                scores.append(match[best])
+                match = weights @ best[:, keep]
+                top = np.argsort(-match, kind="stable")[:top_k]
+                ids.extend(block.ids[keep[i]] for i in top)
+                scores.append(match[top])
+        if composed:  # a long message: per query token, the best of its passages'
+            ids += [rid for rid, _ in composed]
+            scores.append(np.array([weights @ np.max(found, axis=0) if (found := [parts[p] for p in of if p in parts])
+                                    else 0.0 for _, of in composed]))  # fmt: skip
         if not ids:
             return []
         merged = np.concatenate(scores)

@@ -9,6 +9,11 @@ Packing: only the tokens of words an index keeps (stop words and punctuation go)
 from the model's width to ``DIM`` by a fixed +-1 matrix (derived from a hash, so it never
 changes between versions or machines), stored as int8 with one scale per token: a tenth of
 float16's size, for a small loss of R@10 (bench/README.md).
+
+A long message's tokens are its passages' (``extract.passages``): each passage holds its own,
+and the message holds only its passages' ids (``pack_parts``). It is scored from them, exactly
+as if it held them all (a query token's best match in the message is its best in any passage),
+and each token is stored, held and scanned once.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import numpy as np
 from mnemoplan.inference.token_vectors import DIM, project
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import mask
+from mnemoplan.storage.log.schema import KIND_CODES
 from mnemoplan.storage.log.vector_cache import UserCache
 
 _MAGIC = b"T1"
-_HEADER = struct.Struct("<2sHH")  # magic, tokens, dimensions
+_PARTS = b"T2"  # a memory scored from other memories' tokens: their ids follow
+_HEADER = struct.Struct("<2sHH")  # magic, tokens (or parts), dimensions (or 0)
 _MAX_TOKENS = 65_535
 CHUNK_TOKENS = 32_768  # tokens scored per matrix product (16 MB as float32)
 
@@ -54,6 +61,19 @@ def pack_many(memories: list[np.ndarray]) -> list[bytes]:
     return out
 
 
+def pack_parts(ids: list[str]) -> bytes:
+    """A memory whose tokens are those of other memories (a long message's, its passages'): their ids."""
+    return _HEADER.pack(_PARTS, len(ids), 0) + b"".join(bytes.fromhex(rid) for rid in ids)
+
+
+def parts_of(blob: bytes) -> list[str] | None:
+    """The ids a ``pack_parts`` blob names; None for a blob of tokens."""
+    magic, n, _ = _HEADER.unpack_from(blob)
+    if magic != _PARTS:
+        return None
+    return [blob[_HEADER.size + 16 * i : _HEADER.size + 16 * (i + 1)].hex() for i in range(n)]
+
+
 def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     """The int8 codes (n, DIM) and per-token float32 scales (n,) of a packed memory.
 
@@ -71,37 +91,47 @@ def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class TokenBlock:
     """Some memories of one user: their tokens end to end (``starts[i]`` is memory i's first),
-    and the columns search filters read. Never changed once built."""
+    and the columns search filters read; then the memories scored from others' tokens (``parts``:
+    the ids of each, in order after the memories with tokens). Never changed once built."""
 
     ids: list[str]
     codes: np.ndarray  # (tokens, DIM) int8
     scales: np.ndarray  # (tokens,) float32
-    starts: np.ndarray  # (memories,) int64
-    kinds: np.ndarray  # KIND_CODES
+    starts: np.ndarray  # (memories with tokens,) int64
+    kinds: np.ndarray  # KIND_CODES, of every memory (those with tokens, then those with parts)
     projects: np.ndarray
     occurred: np.ndarray  # micros()
+    parts: tuple[tuple[str, ...], ...] = ()  # of ids[len(starts):]
 
     @classmethod
     def build(cls, ids: list[str], blobs: list[bytes], kinds: np.ndarray, projects: np.ndarray,
               occurred: np.ndarray) -> TokenBlock:  # fmt: skip
         """A block from packed memories and their kind codes, projects and times (``micros``);
         memories with no tokens are left out."""
-        keep, codes, scales = [], [], []
+        keep, codes, scales, composed, parts = [], [], [], [], []
         for i, blob in enumerate(blobs):
+            named = parts_of(blob)
+            if named is not None:
+                if named:
+                    composed.append(i)
+                    parts.append(tuple(named))
+                continue
             c, s = unpack(blob)
             if len(c):
                 keep.append(i)
                 codes.append(c)
                 scales.append(s)
         lengths = np.array([len(c) for c in codes], dtype=np.int64)
+        every = keep + composed
         return cls(
-            ids=[ids[i] for i in keep],
+            ids=[ids[i] for i in every],
             codes=np.concatenate(codes) if codes else np.zeros((0, DIM), dtype=np.int8),
             scales=np.concatenate(scales) if scales else np.zeros(0, dtype=np.float32),
             starts=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(keep) else lengths,
-            kinds=np.asarray(kinds, dtype=np.int8)[keep],
-            projects=np.asarray(projects, dtype=object)[keep],
-            occurred=np.asarray(occurred, dtype=np.int64)[keep],
+            kinds=np.asarray(kinds, dtype=np.int8)[every],
+            projects=np.asarray(projects, dtype=object)[every],
+            occurred=np.asarray(occurred, dtype=np.int64)[every],
+            parts=tuple(parts),
         )
 
     @property
@@ -109,23 +139,43 @@ class TokenBlock:
         """How many token vectors the block holds."""
         return len(self.codes)
 
-    def match(self, query: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """Each memory's weighted mean, over the query's tokens, of its best cosine with them.
+    def best(self, query: np.ndarray) -> np.ndarray:
+        """For each memory with tokens, each query token's best cosine with them: (query tokens, memories).
 
-        Scored a slice of whole memories at a time (~CHUNK_TOKENS tokens): the int8 codes are
+        Computed a slice of whole memories at a time (~CHUNK_TOKENS tokens): the int8 codes are
         widened to float32 for the product, and a whole large block at once would be a copy of
         hundreds of megabytes per query."""
-        n = len(self.ids)
-        out = np.zeros(n, dtype=np.float64)
+        n = len(self.starts)
+        out = np.zeros((len(query), n), dtype=np.float32)
         ends = np.append(self.starts[1:], self.tokens)
         lo = 0
         while lo < n:
             hi = max(int(np.searchsorted(ends, self.starts[lo] + CHUNK_TOKENS, side="right")), lo + 1)
             first, last = int(self.starts[lo]), int(ends[hi - 1])
             sims = (query @ self.codes[first:last].T.astype(np.float32)) * self.scales[first:last]
-            out[lo:hi] = weights @ np.maximum.reduceat(sims, self.starts[lo:hi] - first, axis=1)
+            out[:, lo:hi] = np.maximum.reduceat(sims, self.starts[lo:hi] - first, axis=1)
             lo = hi
         return out
+
+    def match(self, query: np.ndarray, weights: np.ndarray, elsewhere: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """Each memory's weighted mean, over the query's tokens, of its best cosine with them. A
+        memory with parts takes, per query token, the best of its parts' (those of this block, and
+        those ``elsewhere`` gives: part id -> ``best`` column); one with none found scores 0."""
+        best = self.best(query)
+        out = np.zeros(len(self.ids), dtype=np.float64)
+        n = len(self.starts)
+        out[:n] = weights @ best
+        if self.parts:
+            column = {rid: best[:, i] for i, rid in enumerate(self.ids[:n])}
+            for j, parts in enumerate(self.parts):
+                found = [v for p in parts if (v := column.get(p, (elsewhere or {}).get(p))) is not None]
+                out[n + j] = weights @ np.max(found, axis=0) if found else 0.0
+        return out
+
+    def part_columns(self, best: np.ndarray) -> dict[str, np.ndarray]:
+        """Of ``best`` (this block's), the columns of the memories that may be another's parts (passages)."""
+        rows = np.flatnonzero(self.kinds[: len(self.starts)] == KIND_CODES["passage"])
+        return {self.ids[i]: best[:, i] for i in rows}
 
     def mask(self, where: RecordFilter) -> np.ndarray:
         """Which memories pass the filter (of kinds, project and time: the columns a block holds).
@@ -141,14 +191,20 @@ def merge_small(blocks: tuple[TokenBlock, ...], most: int = 8) -> tuple[TokenBlo
     blocks = tuple(b for b in blocks if b.ids)
     while len(blocks) > most:
         i = min(range(len(blocks) - 1), key=lambda k: blocks[k].tokens + blocks[k + 1].tokens)
-        a, b = blocks[i], blocks[i + 1]
-        joined = TokenBlock(
-            ids=a.ids + b.ids, codes=np.concatenate([a.codes, b.codes]), scales=np.concatenate([a.scales, b.scales]),
-            starts=np.concatenate([a.starts, b.starts + a.tokens]), kinds=np.concatenate([a.kinds, b.kinds]),
-            projects=np.concatenate([a.projects, b.projects]), occurred=np.concatenate([a.occurred, b.occurred]),
-        )  # fmt: skip
-        blocks = blocks[:i] + (joined,) + blocks[i + 2 :]
+        blocks = blocks[:i] + (join(blocks[i], blocks[i + 1]),) + blocks[i + 2 :]
     return blocks
+
+
+def join(a: TokenBlock, b: TokenBlock) -> TokenBlock:
+    """One block holding two (the memories with tokens first, then those with parts)."""
+    na, nb = len(a.starts), len(b.starts)
+    order = lambda x, y: np.concatenate([x[:na], y[:nb], x[na:], y[nb:]])  # noqa: E731
+    return TokenBlock(
+        ids=a.ids[:na] + b.ids[:nb] + a.ids[na:] + b.ids[nb:], codes=np.concatenate([a.codes, b.codes]),
+        scales=np.concatenate([a.scales, b.scales]), starts=np.concatenate([a.starts, b.starts + a.tokens]),
+        kinds=order(a.kinds, b.kinds), projects=order(a.projects, b.projects), occurred=order(a.occurred, b.occurred),
+        parts=a.parts + b.parts,
+    )  # fmt: skip
 
 
 class TokenCache(UserCache[tuple[TokenBlock, ...]]):
