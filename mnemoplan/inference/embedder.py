@@ -152,6 +152,11 @@ class HashEmbedder:
         return True
 
 
+# Most texts per forward pass, by runtime, measured on LoCoMo's and RealMem's texts (bench/README.md):
+# torch runs small batches fastest; ONNX Runtime many short texts to a pass, within a token budget.
+BATCH = {"torch": 16, "onnxruntime": 64}
+
+
 class SentenceEmbedder:
     """A sentence-transformers model, loaded in a background thread.
 
@@ -162,7 +167,7 @@ class SentenceEmbedder:
 
     Args:
         model: ``all-MiniLM-L6-v2`` for the bundled model, or a local model directory.
-        batch_size: Texts per forward pass.
+        batch_size: Most texts per forward pass (0: the runtime's own best, ``BATCH``).
         threads: Threads of each forward pass (0: the runtime's measured default).
         precision: Torch only: ``fp32``, ``bf16``, or ``auto`` (bf16 where the CPU computes it natively).
         runtime: ``auto`` (ONNX Runtime where the model allows, else torch), ``onnx`` or ``torch``.
@@ -177,7 +182,7 @@ class SentenceEmbedder:
         self,
         model: str = BUNDLED_MODEL,
         *,
-        batch_size: int = 64,
+        batch_size: int = 0,
         threads: int = 0,
         precision: str = "auto",
         runtime: str = "auto",
@@ -228,7 +233,7 @@ class SentenceEmbedder:
             self._forward = self._onnx(path) if self._runtime != "torch" else None
             if self._forward is None:
                 self._forward = TorchForward(path, threads=self._threads, precision=self._precision,
-                                             batch_size=self._batch_size)  # fmt: skip
+                                             batch_size=self._batch_size or BATCH["torch"])  # fmt: skip
             else:
                 self._queries = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-embed-query")
             self.dim = self._forward.dim
@@ -261,7 +266,7 @@ class SentenceEmbedder:
         try:
             graph = cached_export(root, self._cache_dir, name=Path(self.name).name)
             return OnnxForward(graph, root, max_length, threads=self._threads or onnx_threads(),
-                               batch_size=self._batch_size)  # fmt: skip
+                               batch_size=self._batch_size or BATCH["onnxruntime"])  # fmt: skip
         except (ExportFailed, ImportError, OSError, RuntimeError) as exc:
             if self._runtime == "onnx":
                 raise
@@ -387,7 +392,7 @@ class SentenceEmbedder:
 
 
 def embedding_model(
-    model: str, *, batch_size: int = 64, threads: int = 0, precision: str = "auto", runtime: str = "auto",
+    model: str, *, batch_size: int = 0, threads: int = 0, precision: str = "auto", runtime: str = "auto",
     cache_dir: Path | None = None,
 ) -> EmbeddingModel:
     """Build the embedder a setting names: ``hash`` or ``hash:<dim>`` for the test double.

@@ -63,6 +63,7 @@ class OnnxForward:
 
     name = "onnxruntime"
     has_tokens = True
+    token_budget = 1024  # padded tokens per pass (bench/README.md)
 
     def __init__(self, onnx_path: Path, model_dir: Path, max_length: int, *, threads: int, batch_size: int) -> None:
         import onnxruntime as ort
@@ -78,14 +79,23 @@ class OnnxForward:
         self.dim = int(self._session.get_outputs()[0].shape[-1])
 
     def _passes(self, texts: list[str], batch_size: int | None = None) -> Any:
-        """Passes over ``texts`` sorted by length, ``batch_size`` at a time (each padded to its
-        longest): yields each batch's positions in ``texts``, its encodings, its attention mask and
-        its last hidden layer."""
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        """Passes over ``texts`` sorted by length, each of at most ``batch_size`` texts and
+        ``self.token_budget`` tokens once padded to its longest: short texts go many to a pass (a
+        pass has a cost of its own), long ones few (padding and attention grow with the longest).
+        Yields each batch's positions in ``texts``, its encodings, its attention mask and its last
+        hidden layer."""
+        encoded = self._tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids))
         size = batch_size or self._batch_size
-        for start in range(0, len(order), size):
-            idx = order[start : start + size]
-            encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while (end < len(order) and end - start < size
+                   and (end - start + 1) * len(encoded[order[end]].ids) <= self.token_budget):  # fmt: skip
+                end += 1
+            idx = order[start:end]
+            start = end
+            encodings = [encoded[i] for i in idx]
             width = max(len(e.ids) for e in encodings)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
