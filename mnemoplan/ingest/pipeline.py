@@ -283,17 +283,16 @@ class Ingestor:
         with self.store.writing(user_id):
             return self._ingest(user_id, memories, session_id, project_id, progress)
 
-    def store_prepared(
-        self, user_id: str, fresh: list[Record], session_id: str, progress: Progress | None = None
-    ) -> IngestResult:
-        """Derive facts and summaries of records ``prepare`` made, embed and store them all.
+    def store_prepared(self, user_id: str, fresh: list[Record], progress: Progress | None = None) -> IngestResult:
+        """Derive facts and summaries of records ``prepare`` made (of one session or several), embed
+        and store them all, in one pass of the model and one append.
 
         The caller holds the user's write lock (``MemoryStore.writing``).
         """
         ids = [r.id for r in fresh]
         if not fresh:
             return IngestResult(ids, [], 0)
-        return self._derive_and_store(user_id, ids, fresh, 0, session_id, progress)
+        return self._derive_and_store(user_id, ids, fresh, 0, progress)
 
     @contextmanager
     def _ledger_kept_true(self, user_id: str) -> Iterator[None]:
@@ -313,23 +312,28 @@ class Ingestor:
         ids, fresh, duplicates = self.prepare(user_id, memories, session_id, project_id)
         if not fresh:
             return IngestResult(ids, [], duplicates)
-        return self._derive_and_store(user_id, ids, fresh, duplicates, session_id, progress)
+        return self._derive_and_store(user_id, ids, fresh, duplicates, progress)
 
     def _derive_and_store(
-        self, user_id: str, ids: list[str], fresh: list[Record], duplicates: int, session_id: str,
-        progress: Progress | None,
+        self, user_id: str, ids: list[str], fresh: list[Record], duplicates: int, progress: Progress | None,
     ) -> IngestResult:  # fmt: skip
         facts = self._facts_of(fresh)
         passages = [p for m in fresh if m.kind == "message" for p in passage_records(m)]
         warnings: list[str] = []
         episodes: list[Record] = []
-        replaced: list[str] = []
-        try:
-            episodes, replaced = episodes_due(self.store, self.config.episode_every, self.config.episode_span,
-                                             self.sentences, user_id, session_id, fresh)  # fmt: skip
-        except Exception:
-            log.exception("the session summary could not be made; the messages are stored")
-            warnings.append("the session summary could not be refreshed (the messages are stored)")
+        replaced: dict[str, list[str]] = {}  # summaries a fresh one replaces, by session
+        for session_id in dict.fromkeys(r.session_id for r in fresh):
+            try:
+                made, gone = episodes_due(self.store, self.config.episode_every, self.config.episode_span,
+                                          self.sentences, user_id, session_id,
+                                          [r for r in fresh if r.session_id == session_id])  # fmt: skip
+            except Exception:
+                log.exception("the session summary could not be made; the messages are stored")
+                warnings.append("the session summary could not be refreshed (the messages are stored)")
+                continue
+            episodes += made
+            if gone:
+                replaced[session_id] = gone
         vectors, tokens = self.embed_records(fresh + facts + passages, progress)
         n, m = len(fresh), len(fresh) + len(facts)
         fact_vectors = vectors[n:m]
@@ -343,8 +347,8 @@ class Ingestor:
                 records.append(episode)
                 rows.append(episode_vector(self.store, episode, fresh, vectors[:n])[None, :])
                 packed.append(None)
-            if replaced:
-                self.store.retract(user_id, replaced, session_id)
+            for session_id, gone in replaced.items():
+                self.store.retract(user_id, gone, session_id)
             stored = self.store.append(records, np.concatenate(rows), packed)
             self._apply(user_id, supersede, reinforce)
         return IngestResult(ids, stored, duplicates, len(keep) + len(episodes), warnings)
