@@ -1,4 +1,5 @@
-"""bench-scale on a small store: its outputs, and a second run that reuses the store."""
+"""bench-scale on a small store: its outputs (the keys other tools read), a second run that reuses the
+store, and the HTTP load with its checks."""
 
 from __future__ import annotations
 
@@ -9,30 +10,36 @@ import pytest
 
 from mnemoplan.cli.main import main
 
-DATASET = Path("/work/shared/data/locomo10.json")
+LOCOMO = Path("/work/shared/data/locomo10.json")
+REALMEM = Path("/work/shared/data/realmem-dev")
 
 
-def run(out: Path, data_dir: Path) -> dict:
-    code = main(["bench-scale", "--dataset", str(DATASET), "--messages", "300", "--queries", "20",
-                 "--out", str(out), "--embedding-model", "hash",
-                 "--data-dir", str(data_dir), "--keep-data"])  # fmt: skip
+def run(out: Path, data_dir: Path, *extra: str) -> dict:
+    code = main(["bench-scale", "--dataset", str(LOCOMO), "--dataset", str(REALMEM), "--users", "3",
+                 "--per-user", "40", "--big-user", "500", "--queries", "6", "--embedding-model", "hash",
+                 "--out", str(out), "--data-dir", str(data_dir), "--keep-data", *extra])  # fmt: skip
     assert code == 0
     assert (out / "scale.md").stat().st_size > 0
     return json.loads((out / "scale.json").read_text())
 
 
-def test_bench_scale_builds_then_reuses_the_store(tmp_path: Path) -> None:
-    if not DATASET.exists():
-        pytest.skip(f"{DATASET} is missing")
+def test_bench_scale_builds_measures_loads_then_reuses_the_store(tmp_path: Path) -> None:
+    if not (LOCOMO.exists() and REALMEM.exists()):
+        pytest.skip("the shared datasets are missing")
     data_dir = tmp_path / "data"
-    first = run(tmp_path / "out1", data_dir)
-    assert first["n_messages"] == 300 and not first["reused"]
-    assert first["ingest"]["stored"] == 300 and first["ingest"]["remember_calls"] > 1
-    assert first["recall"]["10"]["latency_ms"]["n"] == 20 and first["recall"]["50"]["latency_ms"]["n"] == 20
-    assert "How the store was built" in (tmp_path / "out1" / "scale.md").read_text()
+    first = run(tmp_path / "out1", data_dir, "--clients", "2", "--load-seconds", "3", "--load-rate", "4")
+    assert first["messages"] == 3 * 40 + 2 * 400 + 500 and first["users"] == 6
+    assert not first["build"]["reused"] and first["build"]["stored"] == first["messages"]
+    assert first["memories"] >= first["messages"] and first["disk_bytes_per_memory"] > 0
+    assert set(first["by_user_size"]) == {"40", "400", "500"}
+    assert all(v["recall_p50_ms"] > 0 and v["n"] > 0 for v in first["by_user_size"].values())
+    for key in ("cold_recall_p50_ms", "rss_mb", "build_s"):
+        assert key in first
+    load = first["http"]
+    assert load["clients"] == 2 and load["calls"] > 0 and load["errors"] == 0
+    assert load["lost_writes"] == 0 and load["forgotten_still_stored"] == 0 and load["forgotten_returned"] == 0
 
-    second = run(tmp_path / "out2", data_dir)
-    assert second["reused"] and second["existing_messages"] == 300
-    assert second["ingest"]["stored"] == 0 and second["ingest"]["remember_calls"] == 0
-    assert second["n_messages"] == 300
+    second = run(tmp_path / "out2", data_dir, "--clients", "0")
+    assert second["build"]["reused"] and second["build"]["stored"] == 0 and second["build_s"] == 0.0
+    assert second["messages"] >= first["messages"] and second["http"] is None  # plus the notes the measures wrote
     assert data_dir.exists()  # --keep-data

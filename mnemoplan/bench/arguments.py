@@ -47,11 +47,19 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def scale_arguments(p: argparse.ArgumentParser) -> None:
     """The bench-scale command's options."""
-    p.add_argument("--dataset", type=Path, required=True, help="LoCoMo JSON: the source text")
-    p.add_argument("--messages", type=int, default=100_000, metavar="N", help="messages to store (100000)")
+    p.add_argument("--dataset", type=Path, action="append", required=True,
+                   help="source text, repeatable: LoCoMo's JSON, or a directory of messages.jsonl and questions.jsonl "
+                        "(e.g. --dataset ../shared/data/locomo10.json --dataset ../shared/data/realmem-dev)")  # fmt: skip
+    p.add_argument("--users", type=int, default=1000, metavar="U", help="users of --per-user messages (1000)")
+    p.add_argument("--per-user", type=int, default=1000, metavar="M", help="messages of each such user (1000)")
+    p.add_argument("--big-user", type=int, default=100_000, metavar="N",
+                   help="messages of the one big user (100000; 0: none); two users of 10 x M besides")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="directory for scale.json and scale.md")
-    p.add_argument("--data-dir", type=Path,
-                   help="data directory; reused if the user 'scale' holds N messages")  # fmt: skip
-    p.add_argument("--queries", type=int, default=300, metavar="Q", help="timed recall queries (default 300)")
+    p.add_argument("--data-dir", type=Path, help="data directory: a store built there is resumed or reused")
+    p.add_argument("--queries", type=int, default=200, metavar="Q", help="timed recalls per user size (200)")
+    p.add_argument("--clients", type=int, default=50, metavar="C",
+                   help="HTTP clients at once, each its own user and token (50; 0: no HTTP load)")  # fmt: skip
+    p.add_argument("--load-seconds", type=float, default=300.0, metavar="S", help="length of the HTTP load (300)")
+    p.add_argument("--load-rate", type=float, default=21.0, metavar="R", help="calls per second, all clients (21)")
     p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (bundled MiniLM)")
     p.add_argument("--keep-data", action="store_true", help="keep the data directory at the end")

@@ -1,9 +1,15 @@
-"""``mnemoplan bench-scale``: recall latency for one user holding many messages.
+"""``mnemoplan bench-scale``: many users, a million memories, many clients at once.
 
-The store is built through the same method the ``remember`` tool calls, one call per
-session, from LoCoMo's turns replicated in rounds (each round shifted 400 days later, with
-its own session ids, so every message is a distinct memory). Recall is then timed warm, in
-process, on questions sampled evenly from LoCoMo, all asked of that one user.
+1. Build (or resume) a store of ``--users`` users of ``--per-user`` messages, two of ten times
+   that and one of ``--big-user`` (``scale_build``), each distinct text embedded once.
+2. In a fresh process (its memory is the server's, not the build's): the first recall of users
+   untouched since start-up, warm recall by user size, ``remember`` of one message, then one
+   recall of every user and the resident memory after it (``scale_measure``).
+3. ``mnemoplan serve --http`` on the store, ``--clients`` clients at once, each its own user and
+   token (``scale_load``), then the store is read: every acknowledged write there, every forgotten
+   memory gone.
+
+Results go to ``OUT/scale.json`` (read by other tools: keep its keys) and ``OUT/scale.md``.
 """
 
 from __future__ import annotations
@@ -11,322 +17,202 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mnemoplan.bench.datasets import Dataset, Turn, load_locomo
+from mnemoplan.bench.datasets import Dataset, load_directory, load_locomo
 from mnemoplan.bench.metrics import latency_summary
-from mnemoplan.bench.progress import Progress
-from mnemoplan.bench.runner import machine, peak_rss_mb
-from mnemoplan.model import MessageIn
-from mnemoplan.model.scope import RecordFilter
+from mnemoplan.bench.runner import machine
+from mnemoplan.bench.scale_build import Conversation, build_users, conversations, plan_users
 from mnemoplan.runtime import configure
 
-if TYPE_CHECKING:  # the service loads the storage libraries: imported where a run needs it
-    from mnemoplan.service.service import MemoryService
 
-USER = "scale"
-ROUND_SHIFT_DAYS = 400
-WARMUP = 10
-LIMITS = (10, 50)
-TARGET_P50_MS = 50.0
+def load_sources(paths: list[Path]) -> list[Dataset]:
+    """The datasets whose text the store replicates (LoCoMo's JSON, or a generic directory)."""
+    return [load_locomo(p) if p.suffix == ".json" else load_directory(p) for p in paths]
 
 
-# -- building the store -------------------------------------------------------------------
+def questions_by_source(datasets: list[Dataset], sources: list[Conversation]) -> list[list[str]]:
+    """For each source conversation, its questions (every question when it has none)."""
+    every = [q.question for d in datasets for q in d.questions]
+    of: dict[str, list[str]] = {}
+    for d in datasets:
+        for q in d.questions:
+            of.setdefault(f"{d.name}:{q.conv_id}", []).append(q.question)
+    return [of.get(c.conv_id) or every for c in sources]
 
 
-def sessions_in_rounds(dataset: Dataset) -> Iterator[tuple[int, str, int, list[Turn]]]:
-    """(round, conversation id, session number, turns), endlessly: each round, every session in order."""
-    sessions: list[tuple[str, int, list[Turn]]] = []
-    for conv_id, turns in dataset.turns.items():
-        by_session: dict[int, list[Turn]] = {}
-        for t in turns:
-            by_session.setdefault(t.session, []).append(t)
-        sessions.extend((conv_id, n, ts) for n, ts in by_session.items())
-    if not sessions:
-        raise ValueError("the dataset has no turns")
-    r = 0
-    while True:
-        for conv_id, n, turns in sessions:
-            yield r, conv_id, n, turns
-        r += 1
+def disk_bytes(path: Path) -> int:
+    """Bytes of every file under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def message_of(turn: Turn, r: int) -> MessageIn:
-    """One turn as the message stored in round ``r``: its own source id, its time shifted r * 400 days."""
-    when = turn.timestamp + timedelta(days=ROUND_SHIFT_DAYS * r) if turn.timestamp else None
-    return MessageIn(content=turn.text, speaker=turn.speaker or None, occurred_at=when,
-                     source_id=f"r{r}:{turn.conv_id}:{turn.dia_id}")  # fmt: skip
+def build(args: argparse.Namespace, datasets: list[Dataset], data_dir: Path) -> dict[str, Any]:
+    """Build or resume the store in this process; what it did."""
+    from mnemoplan.bench.scale_build import OnceEmbedder
+    from mnemoplan.config import Settings
+    from mnemoplan.service.bootstrap import build_service, settings_embedding
+
+    sources = conversations(datasets)
+    plans = plan_users(args.users, args.per_user, args.big_user, len(sources))
+    settings = Settings(data_dir=data_dir, embedding_model=args.embedding_model)
+    once = OnceEmbedder(settings_embedding(settings))
+    service = build_service(settings, embedding=once.as_model())
+    try:
+        have = {u: n for u, (n, _) in service.store.log.user_counts(kinds=("message",)).items()}
+        missing = sum(max(0, p.size - have.get(p.user_id, 0)) for p in plans)
+        print(f"bench-scale: {len(plans)} users, {sum(p.size for p in plans)} messages planned; "
+              f"{missing} to store in {data_dir}", file=sys.stderr)  # fmt: skip
+        done = build_users(service, plans, sources, have) if missing else {"stored": 0, "seconds": 0.0}
+        started = time.perf_counter()
+        if missing:
+            service.store.maintain()  # compaction and indexes, as the server's upkeep would
+        done |= {"maintain_s": round(time.perf_counter() - started, 1), "texts_embedded": once.embedded,
+                 "reused": not missing}  # fmt: skip
+        counts = service.store.log.user_counts(kinds=("message",))
+        done["memories"] = sum(n for n, _ in service.store.log.user_counts().values())
+        done["messages"] = sum(n for n, _ in counts.values())
+    finally:
+        service.close()
+    return done
 
 
-def stored_messages(service: MemoryService) -> int:
-    """Message records (not derived memories) the user ``scale`` holds."""
-    return service.store.log.count(RecordFilter(USER, kinds=("message",)))
+def measure_in_child(args: argparse.Namespace, data_dir: Path, out: Path) -> dict[str, Any]:
+    """``scale_measure`` in a fresh process: its numbers."""
+    target = out / "measure.json"
+    cmd = [sys.executable, "-m", "mnemoplan.bench.scale_measure", "--data-dir", str(data_dir), "--out", str(target),
+           "--users", str(args.users), "--per-user", str(args.per_user), "--big-user", str(args.big_user),
+           "--queries", str(args.queries), "--embedding-model", args.embedding_model,
+           *[a for p in args.dataset for a in ("--dataset", str(p))]]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    return json.loads(target.read_text())
 
 
-def build_store(service: MemoryService, dataset: Dataset, n: int, have: int) -> dict[str, Any]:
-    """Bring the user to ``n`` messages through remember, one call per session, resuming after ``have``.
+def http_load(args: argparse.Namespace, datasets: list[Dataset], data_dir: Path, out: Path) -> dict[str, Any]:
+    """The mixed load through the HTTP server, then the store read back."""
+    from mnemoplan.bench.scale_load import ClientLog, run_load, start_server, stop_server
+    from mnemoplan.storage.tokens import TokenStore
 
-    The messages are a fixed sequence, so a store holding its first ``have`` messages resumes
-    where it stopped (a session cut short is sent again whole; remember skips its repeats).
-    """
-    progress = Progress("ingest", max(n - have, 0), unit="msg")
-    sent = stored = duplicates = derived = calls = 0
-    position = 0  # messages of the sequence before this session
-    last_round = 0
-    started = time.perf_counter()
-    for r, conv_id, session, turns in sessions_in_rounds(dataset):
-        if position >= n:
-            break
-        take = turns[: n - position]
-        end = position + len(take)
-        if end > have:
-            result = service.remember(messages=[message_of(t, r) for t in take], user_id=USER,
-                                      session_id=f"r{r}-{conv_id}-session_{session}")  # fmt: skip
-            calls += 1
-            fresh = end - max(position, have)
-            sent += len(take)
-            stored += result.stored
-            duplicates += result.duplicates
-            derived += result.derived
-            progress.advance(fresh)
-        position, last_round = end, r
-    service.settle()  # what remember accepted is stored before the store is measured
-    seconds = time.perf_counter() - started
-    progress.close()
+    sources = conversations(datasets)
+    asked = questions_by_source(datasets, sources)
+    plans = [p for p in plan_users(args.users, args.per_user, args.big_user, len(sources)) if p.size == args.per_user]
+    tokens = TokenStore(data_dir)
+    clients = []
+    for plan in plans[: args.clients]:
+        secret, _ = tokens.create(user_id=plan.user_id, note="bench-scale load")
+        clients.append(ClientLog(plan.user_id, secret, asked[plan.sources[0]]))
+    env = {"MNEMOPLAN_EMBEDDING_MODEL": args.embedding_model, "LANCE_LOG": "error"}
+    proc, url = start_server(data_dir, out / "server.log", env)
+    try:
+        started = time.perf_counter()
+        run_load(url, clients, args.load_rate, args.load_seconds)
+        seconds = time.perf_counter() - started
+    finally:
+        stop_server(proc)
+    return load_report(clients, data_dir, seconds, args)
+
+
+def load_report(clients: list[Any], data_dir: Path, seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+    """Latencies and errors of the load, and what the store holds of its writes and forgets."""
+    from mnemoplan.config import Settings
+    from mnemoplan.model.scope import RecordFilter
+    from mnemoplan.service.bootstrap import build_service
+
+    lost = kept_forgotten = 0
+    service = build_service(Settings(data_dir=data_dir, embedding_model="hash"))
+    try:
+        for c in clients:
+            live = [i for i in c.remembered if i not in c.forgotten]
+            held = set(service.store.log.ids(RecordFilter(c.user_id, ids=tuple(live + list(c.forgotten)))))
+            lost += sum(1 for i in live if i not in held)
+            kept_forgotten += sum(1 for i in c.forgotten if i in held)
+    finally:
+        service.close()
+    by_tool: dict[str, Any] = {}
+    for tool in ("recall", "remember", "forget"):
+        ms = [m for c in clients for t, m, ok in c.calls if t == tool]
+        by_tool[tool] = latency_summary(ms) if ms else None
+    calls = sum(len(c.calls) for c in clients)
     return {
-        "messages_sent": sent, "stored": stored, "duplicates": duplicates, "derived": derived,
-        "remember_calls": calls, "rounds": last_round + 1, "seconds": round(seconds, 2),
-        "messages_per_s": round(stored / seconds, 1) if stored and seconds else 0.0,
+        "clients": len(clients), "seconds": round(seconds, 1), "rate_asked": args.load_rate,
+        "calls": calls, "calls_per_s": round(calls / seconds, 1) if seconds else 0.0,
+        "errors": sum(len(c.errors) for c in clients), "error_examples": [e for c in clients for e in c.errors][:5],
+        "acknowledged_writes": sum(len(c.remembered) for c in clients), "lost_writes": lost,
+        "forgotten": sum(len(c.forgotten) for c in clients), "forgotten_still_stored": kept_forgotten,
+        "forgotten_returned": sum(len(c.resurfaced) for c in clients), "latency_ms": by_tool,
     }  # fmt: skip
 
 
-# -- timing recall --------------------------------------------------------------------------
-
-
-def sample_evenly(items: list[str], n: int, offset: float = 0.0) -> list[str]:
-    """``n`` items spread evenly over the list (``offset`` in steps shifts the picks)."""
-    if not items or n <= 0:
-        return []
-    step = len(items) / n
-    return [items[int(i * step + offset * step) % len(items)] for i in range(n)]
-
-
-def time_recall(service: MemoryService, queries: list[str], limit: int) -> dict[str, Any]:
-    """Warm latency of recall at one limit, with per-phase and per-signal medians."""
-    clear = getattr(service.embedder, "clear_cache", None)
-    if clear:
-        clear()  # no timed query may profit from an embedding computed by the warm-up or another pass
-    latencies: list[float] = []
-    phases: dict[str, list[float]] = {}
-    signals: dict[str, list[float]] = {}
-    results: list[int] = []
-    progress = Progress(f"limit{limit}", len(queries), unit="q")
-    for q in queries:
-        started = time.perf_counter()
-        result = service.recall(q, user_id=USER, limit=limit)
-        latencies.append((time.perf_counter() - started) * 1000)
-        for name, ms in result.trace.timings_ms.items():
-            phases.setdefault(name, []).append(ms)
-        for sig in result.trace.signals:
-            signals.setdefault(sig.name, []).append(sig.ms)
-        results.append(len(result.items))
-        progress.advance()
-    progress.close()
-    return {
-        "latency_ms": latency_summary(latencies),
-        "phases_median_ms": {k: round(statistics.median(v), 2) for k, v in phases.items()},
-        "signals_median_ms": {k: round(statistics.median(v), 2) for k, v in signals.items()},
-        "signals_seen_in": {k: len(v) for k, v in signals.items()},
-        "items_median": statistics.median(results) if results else 0,
-        "latencies_ms": [round(ms, 2) for ms in latencies],  # in query order, to see drift
-    }
-
-
-def store_facts(service: MemoryService, data_dir: Path) -> dict[str, Any]:
-    """Rows, on-disk size and the vector search path of the store as timed."""
-    log = service.store.log
-    user_rows = log.count(RecordFilter(USER))
-    cache_max = log.vector_cache.max_user_rows
-    table = getattr(log, "_table", None)  # the log exposes no index listing; read-only look
-    indices = sorted(idx.name for idx in table.list_indices()) if table is not None else []
-    size = sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file())
-    return {
-        "log_rows": log.count(),
-        "user_rows": user_rows,
-        "user_messages": stored_messages(service),
-        "lance_indices": indices,
-        "vector_search": "in-memory exact (user within the vector cache)" if user_rows <= cache_max
-        else f"LanceDB with prefilter (user rows {user_rows} > vector cache limit {cache_max})",
-        "disk_mb": round(size / 2**20, 1),
-    }
-
-
-# -- report ---------------------------------------------------------------------------------
-
-
-def _table(rows: dict[str, dict[str, Any]], keys: list[str]) -> list[str]:
-    lines = ["| | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
-    lines += [f"| {name} | " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for name, r in rows.items()]
-    return lines
-
-
-def how_built(m: dict[str, Any]) -> str:
-    """One paragraph saying exactly how the store was built."""
-    ing, st = m["ingest"], m["store"]
-    if m["reused"]:
-        origin = f"earlier and reused from `{st['data_dir']}` (this run ingested nothing)"
-    else:
-        origin = f"in this run ({ing['stored']} stored, {ing['remember_calls']} remember calls"
-        if m["existing_messages"]:
-            origin += f", on top of {m['existing_messages']} already there"
-        origin += ")"
-    return (
-        f"The user `{USER}` holds {m['n_messages']} messages, built {origin}. "
-        f"Source: {m['dataset']}'s {m['source_turns']} turns, replicated in rounds through "
-        "`MemoryService.remember(messages=[MessageIn(...)], user_id='scale', session_id=...)` "
-        "(the remember tool's method), one call per session: round r sends every conversation's "
-        "sessions in order with session_id `r{r}-{conv_id}-session_{n}`, source_id "
-        "`r{r}:{conv_id}:{dia_id}`, the turn's speaker and text, and occurred_at = the session's time "
-        f"+ r x {ROUND_SHIFT_DAYS} days; the sequence stops at exactly {m['target_messages']} messages "
-        f"(rounds: {ing['rounds']}). Embeddings: `{m['run']['embedding_model']}`. Then "
-        "`store.maintain()` (compaction, and LanceDB's ANN and scalar indexes once the log passes "
-        "50,000 rows)."
-    )
-
-
 def write_report(out: Path, m: dict[str, Any]) -> str:
-    """scale.md: how the store was built, then the timings."""
-    ing, st = m["ingest"], m["store"]
-    latency = {f"limit {k}": v["latency_ms"] for k, v in m["recall"].items()}
+    """scale.md: the store, then each figure."""
+    b, s = m["build"], m["by_user_size"]
     lines = [
-        f"# Recall at scale: {m['n_messages']} messages, one user",
-        "",
-        f"{m['run']['date']}, {m['run']['machine']}. Warm, in process; {m['queries']} questions "
-        f"sampled evenly from LoCoMo (text only), after {WARMUP} untimed warm-up queries; "
-        "query-embedding cache cleared before each timed pass.",
-        "",
-        "## How the store was built",
-        "",
-        how_built(m),
-        "",
-        f"- ingest: {ing['seconds']} s, {ing['messages_per_s']} messages/s "
-        f"(model load {m['model_load_s']} s, excluded); derived memories: {ing['derived']}",
-        f"- maintain: {m['maintain_s']} s",
-        f"- store: {st['log_rows']} log rows ({st['user_rows']} for the user, incl. derived), "
-        f"{st['disk_mb']} MiB on disk; Lance indexes: {', '.join(st['lance_indices']) or 'none'}",
-        f"- vector search: {st['vector_search']}",
-        "",
-        "## Recall latency (ms)",
-        "",
-        *_table(latency, ["p50", "p95", "p99", "mean", "n"]),
-        "",
-        f"First recall after opening the store (cold, untimed): {m['first_query_ms']} ms. "
-        f"Target p50 <= {TARGET_P50_MS:.0f} ms at limit 10: **{'met' if m['target_met'] else 'NOT met'}**.",
-        "",
-        "## Median per phase and per signal (ms)",
-        "",
-    ]
-    for k, v in m["recall"].items():
-        seen = v["signals_seen_in"]
-        lines += [
-            f"limit {k}: " + ", ".join(f"{n}={ms}" for n, ms in v["phases_median_ms"].items()),
-            f"signals (median over the queries that ran them, of {m['queries']}): "
-            + ", ".join(f"{n}={ms} ({seen[n]})" for n, ms in v["signals_median_ms"].items()),
-            "",
-        ]
-    lines.append(f"Peak RSS {m['peak_rss_mb']} MiB.")
+        f"# bench-scale: {m['memories']} memories, {m['users']} users", "",
+        f"{m['run']['date']}, {m['run']['machine']}, embeddings `{m['run']['embedding_model']}`.", "",
+        f"- build: {'reused, ' if b.get('reused') else ''}{b.get('stored', 0)} messages stored this run "
+        f"in {m['build_s']} s ({b.get('messages_per_s', 0)} messages/s; distinct texts embedded: "
+        f"{b.get('texts_embedded', 0)}; maintain {b.get('maintain_s', 0)} s)",
+        f"- disk: {m['disk_bytes_per_memory']} bytes per memory ({m['disk_bytes'] / 2**30:.2f} GiB)",
+        f"- first recall of a user untouched since start-up: p50 {m['cold_recall_p50_ms']} ms, "
+        f"p99 {m['cold_recall_p99_ms']} ms",
+        f"- remember of one message: p50 {m['remember_p50_ms']} ms, p99 {m['remember_p99_ms']} ms",
+        f"- RSS after one recall of every user: {m['rss_mb']} MB (the graph process: {m['graph_rss_mb']} MB)",
+        "", "| user size | users timed | queries | recall p50 ms | p99 ms |", "|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    lines += [f"| {k} | {v['users']} | {v['n']} | {v['recall_p50_ms']} | {v['recall_p99_ms']} |" for k, v in s.items()]
+    load = m.get("http")
+    if load:
+        lt = load["latency_ms"]
+        lines += ["", f"HTTP, {load['clients']} clients at once for {load['seconds']} s ({load['calls']} calls, "
+                  f"{load['calls_per_s']}/s): errors {load['errors']}, acknowledged writes {load['acknowledged_writes']} "
+                  f"(lost {load['lost_writes']}), forgotten {load['forgotten']} (still stored "
+                  f"{load['forgotten_still_stored']}, returned by a later recall {load['forgotten_returned']}).", "",
+                  "| tool | n | p50 ms | p95 ms | p99 ms |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [f"| {t} | {v['n']} | {v['p50']} | {v['p95']} | {v['p99']} |" for t, v in lt.items() if v]
     text = "\n".join(lines) + "\n"
     (out / "scale.md").write_text(text, encoding="utf-8")
     return text
 
 
-# -- command --------------------------------------------------------------------------------
-
-
 def run_from_args(args: argparse.Namespace) -> int:
-    """Build (or reuse) the store, time recall, write scale.json and scale.md under --out."""
-    configure()  # process-wide settings, when the bench is run without the command
-    if args.messages < 1 or args.queries < 1:
-        sys.exit("mnemoplan bench-scale: --messages and --queries must be at least 1")
-    dataset = load_locomo(args.dataset)
-    questions = [q.question for q in dataset.questions]
+    """Build (or reuse) the store, measure, load it over HTTP; write scale.json and scale.md under --out."""
+    configure()
+    if args.users < 0 or args.per_user < 1 or args.big_user < 0 or args.queries < 1:
+        sys.exit("mnemoplan bench-scale: --users, --big-user >= 0; --per-user, --queries >= 1")
+    datasets = load_sources(args.dataset)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="mnemoplan-scale-")) if temporary else args.data_dir
     created = temporary or not data_dir.exists()  # never delete a directory this run did not create
-    print(f"bench-scale: {args.messages} messages for user {USER!r} from {dataset.name} "
-          f"({dataset.n_turns} turns); data in {data_dir}", file=sys.stderr)  # fmt: skip
-
-    from mnemoplan.config import Settings
-    from mnemoplan.service.bootstrap import build_service
-
-    service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
-    try:
-        started = time.perf_counter()
-        service.embedder.embed(["warm up"])
-        model_load_s = time.perf_counter() - started
-        have = stored_messages(service)
-        reused = have >= args.messages
-        if reused:
-            print(f"bench-scale: reusing the store ({have} messages already there)", file=sys.stderr)
-            ingest = {"messages_sent": 0, "stored": 0, "duplicates": 0, "derived": 0, "remember_calls": 0,
-                      "rounds": -(-args.messages // dataset.n_turns),
-                      "seconds": 0.0, "messages_per_s": 0.0}  # fmt: skip
-        else:
-            ingest = build_store(service, dataset, args.messages, have)
-        started = time.perf_counter()
-        service.store.maintain()
-        maintain_s = time.perf_counter() - started
-        print(f"bench-scale: maintain {maintain_s:.1f} s", file=sys.stderr)
-        facts = store_facts(service, data_dir) | {"data_dir": str(data_dir)}
-
-        warmup = sample_evenly(questions, WARMUP, offset=0.5)
-        started = time.perf_counter()
-        service.recall(warmup[0], user_id=USER, limit=10)
-        first_query_ms = (time.perf_counter() - started) * 1000
-        for q in warmup[1:]:
-            service.recall(q, user_id=USER, limit=10)
-        timed = sample_evenly(questions, args.queries)
-        recall = {str(limit): time_recall(service, timed, limit) for limit in LIMITS}
-        rss_mb = peak_rss_mb(service)
-    finally:
-        service.close()
-
+    started = time.perf_counter()
+    built = build(args, datasets, data_dir)
+    build_s = 0.0 if built["reused"] else round(time.perf_counter() - started, 1)
+    measured = measure_in_child(args, data_dir, out)
+    load = http_load(args, datasets, data_dir, out) if args.clients else None
+    size = disk_bytes(data_dir)
     metrics = {
-        "dataset": dataset.name,
-        "user_id": USER,
-        "target_messages": args.messages,
-        "n_messages": facts["user_messages"],
-        "source_turns": dataset.n_turns,
-        "reused": reused,
-        "existing_messages": have,
-        "ingest": ingest,
-        "model_load_s": round(model_load_s, 2),
-        "maintain_s": round(maintain_s, 2),
-        "store": facts,
-        "queries": len(timed),
-        "warmup": WARMUP,
-        "first_query_ms": round(first_query_ms, 2),
-        "recall": recall,
-        "target_p50_ms": TARGET_P50_MS,
-        "target_met": recall["10"]["latency_ms"]["p50"] <= TARGET_P50_MS,
-        "peak_rss_mb": round(rss_mb, 1),
+        "memories": built["memories"], "messages": built["messages"],
+        "users": args.users + (len(plan_users(0, args.per_user, args.big_user, 1)) if args.big_user else 0),
+        "by_user_size": measured["by_user_size"], "cold_recall_p50_ms": measured["cold_recall_p50_ms"],
+        "cold_recall_p99_ms": measured["cold_recall_p99_ms"], "remember_p50_ms": measured["remember_p50_ms"],
+        "remember_p99_ms": measured["remember_p99_ms"], "rss_mb": measured["rss_mb"],
+        "graph_rss_mb": measured["graph_rss_mb"], "touch_all_s": measured["touch_all_s"],
+        "disk_bytes": size, "disk_bytes_per_memory": round(size / max(built["memories"], 1)),
+        "build_s": build_s, "build": built, "http": load, "data_dir": str(data_dir),
         "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(),
-                "embedding_model": args.embedding_model},  # fmt: skip
-    }
+                "embedding_model": args.embedding_model, "argv": sys.argv[1:]},
+    }  # fmt: skip
     (out / "scale.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     print(write_report(out, metrics), file=sys.stderr)
-    if args.keep_data or not created:
-        if not args.keep_data:
-            print(f"bench-scale: kept {data_dir} (it existed before this run)", file=sys.stderr)
-    else:
+    if not args.keep_data and created:
         shutil.rmtree(data_dir, ignore_errors=True)
+    elif not args.keep_data:
+        print(f"bench-scale: kept {data_dir} (it existed before this run)", file=sys.stderr)
     return 0
+

@@ -15,8 +15,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_scale(args: argparse.Namespace) -> int:
-    """Build (or reuse) one user holding many messages, time recall, write scale.json and scale.md
-    under --out."""
+    """Build (or reuse) a store of many users (U x M messages, two of 10 x M, one big), time recall by
+    user size, the first recall of an untouched user, remember and memory, then load it through the
+    HTTP server with many clients at once; write scale.json and scale.md under --out."""
     from mnemoplan.bench.scale import run_from_args
 
     return run_from_args(args)
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench_arguments(p)
     p.set_defaults(func=run)
 
-    p = sub.add_parser("bench-scale", help="time recall for one user holding many messages",
+    p = sub.add_parser("bench-scale", help="measure many users, a large store and many clients at once",
                        description=run_scale.__doc__)  # fmt: skip
     scale_arguments(p)
     p.set_defaults(func=run_scale)

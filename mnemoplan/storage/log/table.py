@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from mnemoplan.model import DocRecord, Record, RecordHead
 from mnemoplan.model.scope import RecordFilter
-from mnemoplan.storage.log.filters import HAS_TOKENS, LACKS_TOKENS, Where, of_user, sql
+from mnemoplan.storage.log.filters import HAS_TOKENS, LACKS_TOKENS, Where, of_user, sql, sql_in
 from mnemoplan.storage.log.keys import UserKeys
 from mnemoplan.storage.log.maintenance import Maintenance
 from mnemoplan.storage.log.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
@@ -198,13 +198,16 @@ class LanceLog:
         rows = self.select(RecordFilter(user_id, ids=tuple(ids)), ["id", column])
         return {row["id"]: np.asarray(row[column], dtype=np.float32) for row in rows}
 
-    def user_counts(self) -> dict[str, tuple[int, int]]:
-        """Every user in the log, with their records and sessions (distinct non-empty session ids),
-        counted in Arrow over two columns."""
+    def user_counts(self, kinds: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+        """Every user in the log, with their records (of ``kinds``, if given) and sessions (distinct
+        non-empty session ids), counted in Arrow over two columns."""
         table = self.tables.records
         if table is None:
             return {}
-        rows = table.search().select(["user_id", "session_id"]).limit(None).to_arrow()
+        query = table.search()
+        if kinds:
+            query = query.where(sql_in("kind", kinds))
+        rows = query.select(["user_id", "session_id"]).limit(None).to_arrow()
         records = rows.group_by("user_id").aggregate([("user_id", "count")])
         named = rows.filter(pc.not_equal(rows["session_id"], ""))
         sessions = named.group_by("user_id").aggregate([("session_id", "count_distinct")])
