@@ -91,6 +91,48 @@ def test_export_round_trip_gives_the_same_recall(tmp_path: Path) -> None:
         target.close()
 
 
+def test_an_export_with_vectors_is_imported_without_embedding_and_ranks_exactly_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = make_service(tmp_path / "a")
+    try:
+        fill(source)
+        out = io.StringIO()
+        write_export(source, out, ["alice"], vectors=True)
+        text = out.getvalue()
+        before = {q: source.recall(q, user_id="alice", reference_time=START + timedelta(days=90)) for q in QUERIES}
+        stored_before = {rec.id: (emb.tolist(), tokens) for rec, emb, tokens in MemoryBrowser(source.store).stored("alice")}
+    finally:
+        source.close()
+    header = json.loads(text.splitlines()[0])
+    assert header["vectors"] == {"model": "hash-384", "dim": 384}
+    path = tmp_path / "alice.jsonl"
+    path.write_text(text, encoding="utf-8")
+    target = make_service(tmp_path / "b")
+    try:
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("an import of an export with vectors embedded a text")
+
+        monkeypatch.setattr(target.ingestor.vectors, "embed", refuse)
+        monkeypatch.setattr(target.ingestor.vectors, "embed_with_tokens", refuse)
+        summary = import_file(target, path)
+        assert summary.stored == len(text.splitlines()) - 1 and summary.skipped == [] and summary.notes == []
+        stored_after = {rec.id: (emb.tolist(), tokens) for rec, emb, tokens in MemoryBrowser(target.store).stored("alice")}
+        assert stored_after == stored_before  # every embedding and token matrix, to the bit
+        for q in QUERIES:
+            after = target.recall(q, user_id="alice", reference_time=START + timedelta(days=90))
+            assert [(i.id, i.score) for i in after.items] == [(i.id, i.score) for i in before[q].items], q
+    finally:
+        target.close()
+    other = make_service(tmp_path / "c", embedding_model="hash:64")  # another model: the text is embedded again
+    try:
+        summary = import_file(other, path)
+        assert summary.stored == len(text.splitlines()) - 1 and "embedded again" in summary.notes[0]
+        assert other.recall("What is my dog called?", user_id="alice").items
+    finally:
+        other.close()
+
+
 def test_export_and_import_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("MNEMOPLAN_EMBEDDING_MODEL", "hash")
     service = make_service(tmp_path / "a")
@@ -108,3 +150,9 @@ def test_export_and_import_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert main(["import", "--data-dir", str(tmp_path / "b"), str(out)]) == 0
     assert " 0 stored" in capsys.readouterr().out
     assert main(["import", "--data-dir", str(tmp_path / "b"), str(tmp_path / "missing.json")]) == 2
+    with_vectors = tmp_path / "vectors.jsonl"
+    assert main(["export", "--data-dir", str(tmp_path / "a"), "--all", "--vectors", "-o", str(with_vectors)]) == 0
+    rows = [json.loads(line) for line in with_vectors.read_text().splitlines()]
+    assert rows[0]["vectors"]["dim"] == 384 and all(r["embedding"] for r in rows[1:])
+    assert main(["import", "--data-dir", str(tmp_path / "c"), str(with_vectors)]) == 0
+    assert "0 already in memory" in capsys.readouterr().out

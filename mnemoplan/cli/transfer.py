@@ -80,7 +80,8 @@ def _index(service: MemoryService) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """Write one user's memory (--user) or every user's (--all) to a JSONL file that holds all
     needed to rebuild it (records, sessions, times, metadata, facts with their validity and
-    history); `mnemoplan import` reads it back. Forgotten memories are not in it."""
+    history; with --vectors their embeddings too, so an import into a store of the same model
+    embeds nothing); `mnemoplan import` reads it back. Forgotten memories are not in it."""
     from mnemoplan.progress import ProgressBar
     from mnemoplan.transfer.export import export_users, write_export
 
@@ -98,10 +99,10 @@ def run_export(args: argparse.Namespace) -> int:
             if args.output and str(args.output) != "-":
                 tmp = args.output.with_name(args.output.name + ".part")
                 with tmp.open("w", encoding="utf-8") as out:
-                    count = write_export(service, out, users, advance)
+                    count = write_export(service, out, users, advance, vectors=args.vectors)
                 tmp.replace(args.output)  # a failed export leaves no truncated file under the name asked for
             else:
-                count = write_export(service, sys.stdout, users, advance)
+                count = write_export(service, sys.stdout, users, advance, vectors=args.vectors)
     finally:
         service.close()
     where = f" to {args.output}" if args.output and str(args.output) != "-" else ""
@@ -121,4 +122,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_common_arguments(e, user_help="the user to export")
     e.add_argument("--all", action="store_true", help="export every user")
     e.add_argument("-o", "--output", type=Path, help="the file to write (default: standard output)")
+    e.add_argument("--vectors", action="store_true", help="include each memory's vectors: importing into a store "
+                   "of the same embedding model then embeds nothing (several times larger a file)")  # fmt: skip
     e.set_defaults(func=run_export)

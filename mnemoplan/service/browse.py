@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from mnemoplan.errors import InvalidInput, NotFound
 from mnemoplan.model import Record, check_scope
 from mnemoplan.model.scope import RecordFilter
@@ -175,3 +177,9 @@ class MemoryBrowser:
         """Every record of a user, in the order it was stored (what an export holds)."""
         user = self._user(user_id)
         yield from sorted(self.store.log.iter_records(RecordFilter(user)), key=lambda r: r.seq)
+
+    def stored(self, user_id: str) -> Iterator[tuple[Record, np.ndarray, bytes | None]]:
+        """Every record of a user in the order it was stored, with its embedding and packed token
+        vectors (what an export with vectors holds)."""
+        user = self._user(user_id)
+        yield from sorted(self.store.log.iter_stored(RecordFilter(user)), key=lambda row: row[0].seq)

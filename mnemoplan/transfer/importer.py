@@ -38,6 +38,7 @@ class ImportSummary:
     derived: int = 0
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     def lines(self, most: int = 20) -> list[str]:
         """The summary as lines for a terminal."""
@@ -48,6 +49,7 @@ class ImportSummary:
             f"  {self.stored} stored, {self.duplicates} already in memory, {self.derived} facts or summaries "
             f"derived; {self.sessions_with_new} session(s) gained messages",
         ]
+        out += [f"  note: {note}" for note in self.notes]
         if self.skipped:
             out.append(f"  {len(self.skipped)} record(s) skipped:")
             out.extend(f"    {s}" for s in self.skipped[:most])
@@ -139,7 +141,7 @@ def import_file(
         restored = restore_export(service, path, user_id=user_id, advance=advance)
         summary.user_id, summary.messages = ", ".join(restored.users) or user, restored.read
         summary.stored, summary.duplicates, summary.skipped = restored.stored, restored.duplicates, restored.skipped
-        summary.conversations = restored.sessions
+        summary.conversations, summary.notes = restored.sessions, restored.notes
         summary.seconds = time.perf_counter() - started
         return summary
     position = [0, 0]

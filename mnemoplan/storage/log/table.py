@@ -137,6 +137,13 @@ class LanceLog:
             for row in rows:
                 yield row_to_record(row)
 
+    def iter_stored(self, where: Where) -> Iterator[tuple[Record, np.ndarray, bytes | None]]:
+        """Stream every record matching a filter with its stored embedding and packed token vectors
+        (unordered): what an export with vectors holds."""
+        for rows in self.scan(where, [*META_COLUMNS, "embedding", "tokens"]):
+            for row in rows:
+                yield row_to_record(row), np.asarray(row["embedding"], dtype=np.float32), row["tokens"]
+
     def doc_records(self, where: Where) -> list[DocRecord]:
         """What the BM25 documents of the records matching a filter read, in write order (with
         ``alone`` computed by pyarrow, as when a user is loaded into memory)."""
