@@ -497,7 +497,7 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     vectors = rng.standard_normal((300, 8)).astype(np.float32)
     log.add(records, vectors, vectors)
     log.maintain()  # the vector index now covers the 300 rows
-    log.set_superseded(records[7].id, records[8].id, now, "u")  # moves row 7, leaving a marked copy
+    log.set_superseded([records[7].id], records[8].id, now, "u")  # moves row 7, leaving a marked copy
     log.maintain()
     log.delete([records[7].id], "u")
     log.purge()
@@ -1036,7 +1036,7 @@ def test_a_read_that_raced_a_rewrite_does_not_leave_the_old_row_cached(
     def racing(where: str, limit: int | None = None) -> list[Record]:
         rows = real(where, limit)  # the old row is read...
         monkeypatch.setattr(log, "records", real)
-        log.set_superseded(fact.id, "newer", datetime.now(UTC))  # ...and rewritten before it is cached
+        log.set_superseded([fact.id], "newer", datetime.now(UTC))  # ...and rewritten before it is cached
         return rows
 
     monkeypatch.setattr(log, "records", racing)
@@ -1059,7 +1059,7 @@ def test_a_user_read_whole_is_served_from_memory_and_stays_current(
     assert log.get("u", [*ids, later])[later].text == "The Haute Route, in July"
     assert reads == []  # both the old records and the one just written came from memory
     fact = next(r for r in service.store.user_records("u") if r.kind == "fact")
-    log.set_superseded(fact.id, "newer", datetime.now(UTC))
+    log.set_superseded([fact.id], "newer", datetime.now(UTC))
     assert log.get("u", [fact.id])[fact.id].superseded_by == "newer"
     service.forget(scope="user", user_id="u")
     assert log.get("u", [later]) == {} and not log.cache.holds_whole("u")

@@ -131,6 +131,7 @@ def run(service: MemoryService, convs: list[dict[str, Any]], details: Path) -> d
     with details.open("w", encoding="utf-8") as fh:
         for conv in convs:
             store(service, conv)
+            service.settle()  # asked a day after the conversation (``reference_time``): all of it stored
             progress.advance(len(conv["messages"]))
             for q in conv["questions"]:
                 result = service.recall(q["question"], user_id=conv["conv_id"], limit=LIMIT,

@@ -234,16 +234,15 @@ class Deleter:
                 seen.add(after)
                 after = replaced_by.get(after, "")
             if after and after not in gone:
-                self._log.set_superseded(row["id"], after, row["valid_to"], user_id)
+                self._log.set_superseded([row["id"]], after, row["valid_to"], user_id)
                 continue
-            self._log.set_superseded(row["id"], "", None, user_id)
+            self._log.set_superseded([row["id"]], "", None, user_id)
             self._graph.close_relation(row["id"], None)
             if row["kind"] == "fact":
                 sources.update(s for s in row["derived_from"] or [] if s not in gone)
         if sources:
             replaced = RecordFilter(user_id, current=False, ids=tuple(sorted(sources)))
-            for rid in self._log.ids(replaced):
-                self._log.set_superseded(rid, "", None, user_id)
+            self._log.set_superseded(self._log.ids(replaced), "", None, user_id)
 
     def _recontext(
         self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mnemoplan.errors import READ_ONLY_HINT, ReadOnlyData
-from mnemoplan.extract.attributes import mentions
+from mnemoplan.extract.attributes import mentions, value_terms
 from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.records import as_utc
 from mnemoplan.model.scope import RecordFilter
@@ -262,14 +262,16 @@ class MemoryStore:
         """
         with self.locks.write:
             now = at or datetime.now(UTC)
-            self.log.set_superseded(old_id, new_id, now, user_id)
+            self.log.set_superseded([old_id], new_id, now, user_id)
             self.ledger(user_id).retire_fact(old_id)
             old = self.log.get(user_id, [old_id]).get(old_id)
+            closed = []
             for source in old.derived_from if old is not None else []:
                 cited = RecordFilter(user_id, kinds=("fact",), cites=source)
                 facts = self.log.select(cited, ["id", "superseded_by"])
                 if all(f["superseded_by"] or f["id"] == old_id for f in facts):
-                    self.log.set_superseded(source, new_id, now, user_id)
+                    closed.append(source)
+            self.log.set_superseded(closed, new_id, now, user_id)
         self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
 
     def supersede_mentions(
@@ -278,33 +280,57 @@ class MemoryStore:
         """Close the records that stated a value now replaced or ended: current records said
         before ``at`` that name one of ``old_values`` and not ``new_value`` (messages only
         if one of ``speakers`` said them: the person, or an assistant answering them). Returns
-        how many were closed."""
+        how many were closed. The caller holds the user's write lock (``writing``).
+
+        The records that may name the values are found by BM25 (a user's whole memory was read
+        and matched before: a scan per change, slow for a large user), then matched as ever."""
         wanted = [v for v in old_values if v]
         if not wanted:
             return 0
         who = {s.lower() for s in speakers}
-        closed = 0
+        columns = ["id", "kind", "speaker", "text", "occurred_at"]
+        naming = self._naming(user_id, wanted)
+        if naming is None:
+            rows = self.log.select(RecordFilter(user_id, current=True), columns)
+        else:
+            rows = [row for start in range(0, len(naming), 500) for row in self.log.select(
+                RecordFilter(user_id, current=True, ids=tuple(naming[start : start + 500])), columns)]  # fmt: skip
+        closing, facts = [], []
+        for row in rows:
+            said = row["occurred_at"]
+            if row["id"] == by_id or said is None or as_utc(said) >= at:
+                continue
+            if row["kind"] == "message" and str(row["speaker"] or "").lower() not in who:
+                continue
+            text = str(row["text"] or "")
+            if not any(mentions(text, v, unlike=new_value) for v in wanted):
+                continue
+            if new_value and any(mentions(text, new_value, unlike=v) for v in wanted):
+                continue
+            closing.append(row["id"])
+            if row["kind"] == "fact":
+                facts.append(row["id"])
         with self.locks.write:
-            rows = self.log.select(RecordFilter(user_id, current=True), ["id", "kind", "speaker", "text", "occurred_at"])
-            for row in rows:
-                said = row["occurred_at"]
-                if row["id"] == by_id or said is None or as_utc(said) >= at:
-                    continue
-                if row["kind"] == "message" and str(row["speaker"] or "").lower() not in who:
-                    continue
-                text = str(row["text"] or "")
-                if not any(mentions(text, v, unlike=new_value) for v in wanted):
-                    continue
-                if new_value and any(mentions(text, new_value, unlike=v) for v in wanted):
-                    continue
-                self.log.set_superseded(row["id"], by_id, at, user_id)
-                if row["kind"] == "fact":
-                    self.ledger(user_id).retire_fact(row["id"])
-                    fact_id = row["id"]
-                    self.overlays.after_pending(
-                        user_id, lambda f=fact_id: self.graph.close_relation(f, int(at.timestamp())))
-                closed += 1
-        return closed
+            self.log.set_superseded(closing, by_id, at, user_id)
+            for fact_id in facts:
+                self.ledger(user_id).retire_fact(fact_id)
+                self.overlays.after_pending(
+                    user_id, lambda f=fact_id: self.graph.close_relation(f, int(at.timestamp())))
+        return len(closing)
+
+    def _naming(self, user_id: str, values: list[str], most: int = 5_000) -> list[str] | None:
+        """Ids of the user's records whose words include a word of one of ``values`` (BM25, once the
+        user's writes are in it); None (read them all) when a value has no word BM25 keeps, or too
+        many records match to list."""
+        self.overlays.flush(user_id)
+        found: dict[str, None] = {}
+        for value in values:
+            text = " ".join([value, *value_terms(value)])
+            hits = self.bm25.search(user_id, text, most) if self.bm25.terms(text) else None
+            if hits is None or len(hits) >= most:
+                return None
+            found.update((rid, None) for rid, _ in hits)
+        return list(found)
 
     def reinforce(self, user_id: str, fact_ids: list[str]) -> None:
         """Facts said again: count the mentions instead of storing copies.

@@ -305,10 +305,10 @@ class LanceLog:
         self.writer.update_vectors(ids_to_vectors, user_id)
 
     def set_superseded(
-        self, rid: str, by_id: str, valid_to: datetime | None, user_id: str | None = None
+        self, rids: list[str], by_id: str, valid_to: datetime | None, user_id: str | None = None
     ) -> None:
-        """Close a record's validity, or reopen it (see ``LogWriter.set_superseded``)."""
-        self.writer.set_superseded(rid, by_id, valid_to, user_id)
+        """Close records' validity, or reopen them, in one update (see ``LogWriter.set_superseded``)."""
+        self.writer.set_superseded(rids, by_id, valid_to, user_id)
 
     def set_tokens(self, user_id: str, tokens: dict[str, bytes]) -> None:
         """Store packed token vectors for some of a user's records."""

@@ -157,17 +157,20 @@ class LogWriter:
                 table.update(where=where, values={"prev_id": prev_id, "vector": [float(x) for x in vector]})
 
     def set_superseded(
-        self, rid: str, by_id: str, valid_to: datetime | None, user_id: str | None = None
+        self, rids: list[str], by_id: str, valid_to: datetime | None, user_id: str | None = None
     ) -> None:
-        """Close a record's validity: ``valid_to`` and the id of the fact that replaced it (or
-        reopen it: "" and None)."""
-        with self._changing([rid]):
+        """Close records' validity: ``valid_to`` and the id of the fact that replaced them (or
+        reopen them: "" and None), in one update."""
+        if not rids:
+            return
+        with self._changing(rids):
             table = self._tables.records
             if table is not None:
-                self._maintenance.note_fragments(table, f"id = {sql_str(rid)}")
-                values = {"superseded_by": by_id, "valid_to": valid_to}
-                table.update(where=f"id = {sql_str(rid)}", values=values)
-                self._vector_cache.mark_superseded(rid, by_id, user_id)
+                where = _of_user(sql_in("id", rids), user_id)
+                self._maintenance.note_fragments(table, where)
+                table.update(where=where, values={"superseded_by": by_id, "valid_to": valid_to})
+                for rid in rids:
+                    self._vector_cache.mark_superseded(rid, by_id, user_id)
 
     def set_tokens(self, user_id: str, tokens: dict[str, bytes]) -> None:
         """Store packed token vectors for some of a user's records (a backfill of records
