@@ -36,7 +36,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEMOPLAN_", extra="ignore")
 
     # Storage and identity
-    data_dir: Path = Field(default_factory=default_data_dir, description="Where all stores live.")
+    data_dir: Path = Field(default_factory=default_data_dir, description="Where all stores live (with "
+                           "storage_uri: only what can be rebuilt, the indexes and caches of this machine).")
+    storage_uri: str | None = Field(
+        None, description="Where the log lives when not in data_dir: an object-storage URI (s3://bucket/prefix), "
+        "shared by any number of servers (replicas). The log and what must outlive a machine (users' keys, "
+        "tokens) go there; each server's data_dir holds its own indexes, rebuilt from the log as needed.",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict, description="LanceDB's storage_options for storage_uri, as JSON: endpoint, region, "
+        "allow_http, aws_access_key_id, aws_secret_access_key (the AWS_* variables work too).",
+    )
     default_user_id: str = Field("default", description="User for calls that name none.")
 
     # Limits
@@ -170,7 +180,15 @@ class Settings(BaseSettings):
         """The effective configuration with secrets masked, for ``mnemoplan config``."""
         data = self.model_dump(mode="json")
         data["anthropic_api_key"] = "set" if self.llm_enabled else None
+        data["storage_options"] = {k: "set" if "secret" in k or "token" in k or "key" in k else v
+                                   for k, v in self.storage_options.items()}  # fmt: skip
         return data
+
+    @property
+    def shared_storage(self) -> bool:
+        """True when the log is in object storage, which other servers may write too."""
+        return bool(self.storage_uri) and "://" in str(self.storage_uri) and not str(self.storage_uri).startswith(
+            "file://")
 
     @property
     def llm_enabled(self) -> bool:

@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
             from mnemoplan.server.auth import transport_security
 
             security = transport_security(settings.http_host, settings.http_port, settings.http_allowed_hosts)
+            # Servers sharing a log (replicas behind a proxy) keep no session: a call may land on any of them.
             app.run("streamable-http", host=settings.http_host, port=settings.http_port,
-                    transport_security=security)  # fmt: skip
+                    transport_security=security, stateless_http=settings.shared_storage)  # fmt: skip
         else:
             import anyio
 
@@ -106,9 +107,9 @@ def http_options(settings: Settings) -> dict:
         SystemExit: A non-loopback address and no token.
     """
     from mnemoplan.server.auth import is_loopback
-    from mnemoplan.storage.tokens import TokenStore
+    from mnemoplan.service.bootstrap import open_tokens
 
-    tokens = TokenStore(settings.data_dir)
+    tokens = open_tokens(settings)
     host = settings.http_host
     shown = f"[{host}]" if ":" in host else host
     base_url = (settings.http_public_url or f"http://{shown}:{settings.http_port}").rstrip("/")

@@ -10,10 +10,10 @@ from mnemoplan.cli.common import add_common_arguments, settings_from_args
 
 def run(args: argparse.Namespace) -> int:
     """Create, list or revoke the bearer tokens of the HTTP server on this data directory."""
-    from mnemoplan.storage.tokens import TokenStore
+    from mnemoplan.service.bootstrap import open_tokens
 
     settings = settings_from_args(args)
-    tokens = TokenStore(settings.data_dir)
+    tokens = open_tokens(settings)
     if args.action == "create":
         first = not tokens.configured()
         secret, info = tokens.create(user_id=None if args.admin else args.user, admin=args.admin,

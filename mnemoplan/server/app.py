@@ -408,6 +408,13 @@ def create_app(
     add_browsing(mcp, lambda: running[-1] if running else None)
     add_web_view(mcp, lambda: running[-1] if running else None, tokens)
 
+    @mcp.custom_route("/health", methods=["GET"])
+    async def health(_: Any) -> Any:
+        """Alive, for a proxy's health check (no token needed; it says nothing of any memory)."""
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"status": "ok", "version": __version__})
+
     async def on_initialized(ctx: Any, _: Any) -> None:
         ctx.lifespan_context.go()
 

@@ -44,6 +44,9 @@ from mnemoplan.ingest.background import BackgroundExtraction
 from mnemoplan.ingest.deferred import DeferredIngest, WithWaiting
 from mnemoplan.ingest.pipeline import Ingestor
 from mnemoplan.storage.inbox import Inbox
+from mnemoplan.storage.log.tables import LogTables
+from mnemoplan.storage.log.token_table import TokenTable
+from mnemoplan.storage.tokens import TokenStore
 from mnemoplan.service.limits import Limits
 from mnemoplan.service.service import MemoryService
 
@@ -107,7 +110,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
     store = MemoryStore(
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
-        forgotten=[sentences.forget],
+        forgotten=[sentences.forget], storage_uri=settings.storage_uri, storage_options=settings.storage_options,
     )  # fmt: skip
     if store.read_only:
         log.warning("the data directory %s cannot be written to: serving reads only until it can",
@@ -133,7 +136,9 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
             every=settings.llm_extraction_every,
         )  # fmt: skip
     deferred = None
-    if settings.remember_in_background and not store.read_only:
+    # On a shared log a write is acknowledged once in the log, not in this server's inbox (a machine
+    # that dies would take the inbox with it): remember stores before it answers.
+    if settings.remember_in_background and not store.read_only and not store.log.shared:
         listener = (lambda user, session, stored: extraction.note(  # type: ignore[union-attr]
             user, session, [r.id for r in stored if r.kind == "message"])) if extraction is not None else None
         deferred = DeferredIngest(store, ingestor, Inbox(settings.data_dir / "inbox"), stored=listener)
@@ -185,6 +190,15 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
         extraction=extraction,
     )
+
+
+def open_tokens(settings: Settings) -> TokenStore:
+    """The HTTP server's tokens: in the data directory, or in the shared log when there is one."""
+    if not settings.shared_storage:
+        return TokenStore(settings.data_dir)
+    assert settings.storage_uri is not None
+    tables = LogTables(settings.storage_uri, storage_options=settings.storage_options)
+    return TokenStore(settings.data_dir, TokenTable(tables))
 
 
 def settings_embedding(settings: Settings) -> EmbeddingModel:

@@ -134,15 +134,17 @@ class MemoryService:
                 self.search_log.record(entry)
 
     def _user(self, user_id: str | None) -> str:
-        """The user named, else (None) the server's. An empty name is an error, not the server's
-        user: a caller whose variable came out empty must not write to, read or forget another's
-        memory."""
+        """The user named, else (None) the server's, with this server's caches of them caught up
+        (``MemoryStore.catch_up``). An empty name is an error, not the server's user: a caller whose
+        variable came out empty must not write to, read or forget another's memory."""
         if user_id == "":
             raise InvalidInput(
                 "user_id is empty.",
                 hint=f"Name the user, or leave user_id out for the server's user ({self.default_user_id!r}).",
             )
-        return check_scope(self.default_user_id if user_id is None else user_id, what="user_id", required=True)
+        user = check_scope(self.default_user_id if user_id is None else user_id, what="user_id", required=True)
+        self.store.catch_up(user)
+        return user
 
     def _reader(self, user_id: str | None, *, wait_accepted: bool = True) -> str:
         """The user of a read, once every write of theirs that returned is visible: stored, or

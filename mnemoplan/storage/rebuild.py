@@ -10,7 +10,7 @@ from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.storage.bookkeeping import WriteBookkeeping
-from mnemoplan.storage.documents import bm25_doc, context_vector, graph_record, leans_on, user_keys
+from mnemoplan.storage.documents import KeyHasher, bm25_doc, context_vector, graph_record, leans_on, user_keys
 from mnemoplan.storage.graph.client import GraphIndex
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
@@ -95,6 +95,25 @@ class Rebuilder:
             if intent is not None:
                 self._journal.done(intent)
         return out
+
+    def refresh(self, user_id: str) -> int:
+        """Make this server's caches and overlays of a user hold what the log holds now (another
+        server of a shared log wrote or forgot): what is held in memory is dropped, the BM25 index
+        and the graph entries are rebuilt from the log. Returns the user's records. Nothing is
+        written to the log."""
+        self._overlays.flush(user_id)
+        with self._locks.write:
+            salt = self._log.user_keys.cached(user_id)
+            self._log.forget_cached(user_id)
+            self._bookkeeping.forget_user(user_id)
+            records = self.user_records(user_id)
+            self.rebuild_bm25(user_id, records)
+            if salt is not None:  # the entries the graph holds were keyed with it
+                self._graph.drop_user(KeyHasher(salt).user)
+            keys = user_keys(self._log, user_id, create=False)
+            if keys is not None and records:
+                self._graph.rebuild(keys.user, (graph_record(r, keys) for r in records))
+        return len(records)
 
     def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
         """Derive again the search vectors of long turns and of the turns after them, which

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from mnemoplan.errors import READ_ONLY_HINT, ReadOnlyData
-from mnemoplan.extract.attributes import mentions, value_terms
 from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.records import as_utc
 from mnemoplan.model.scope import RecordFilter
@@ -40,6 +39,9 @@ from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.storage.overlays import OverlayWriter
 from mnemoplan.storage.rebuild import Progress, Rebuilder
 from mnemoplan.storage.repair import Repairer
+from mnemoplan.storage.replica import Replica
+from mnemoplan.storage.supersession import Supersession
+from mnemoplan.storage.log.heads import UserHeads
 
 __all__ = ["FRAGMENTS_TO_COMPACT", "DeleteReport", "MemoryStore"]
 
@@ -86,14 +88,16 @@ class MemoryStore:
         vector_cache_rows: int = 200_000,
         token_cache_tokens: int = 2_000_000,
         forgotten: Sequence[ForgetListener] = (),
+        storage_uri: str | None = None,
+        storage_options: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self._dir_lock = DataDirLock.acquire(data_dir)
         self.read_only = not self._dir_lock.writable
         try:
             self.log = LanceLog(data_dir / "log", ann_min_rows=ann_min_rows, cache_vectors_per_user=vector_cache_rows,
-                                cache_tokens_per_user=token_cache_tokens,
-                                read_only=self.read_only)  # fmt: skip
+                                cache_tokens_per_user=token_cache_tokens, read_only=self.read_only,
+                                uri=storage_uri, storage_options=storage_options)  # fmt: skip
             self.bm25 = BM25Index(data_dir / "bm25", read_only=self.read_only)
             self.journal = WriteJournal(data_dir / "journal")
             self.graph = self._open_graph(data_dir / "graph" / "graph.kuzu", graph_buffer_pool_mb)
@@ -123,6 +127,11 @@ class MemoryStore:
             log=self.log, bm25=self.bm25, graph=self.graph, journal=self.journal, locks=self.locks,
             bookkeeping=self.bookkeeping, rebuilder=self.rebuilder, deleter=self.deleter,
         )
+        self.supersession = Supersession(self.log, self.bm25, self.graph, self.overlays, self.locks, self.bookkeeping,
+                                         self._changed)  # fmt: skip
+        # A log other servers share: each call of a user first catches up with what they wrote.
+        self.replica = Replica(UserHeads(self.log.tables), self.rebuilder.refresh, self.writing) \
+            if self.log.shared else None  # fmt: skip
 
     def _open_graph(self, path: Path, buffer_pool_mb: int) -> GraphIndex:
         """The graph database; one Kùzu cannot open starts afresh and is rebuilt from the log
@@ -139,6 +148,18 @@ class MemoryStore:
         return GraphIndex(path, buffer_pool_mb=buffer_pool_mb, fresh=True)
 
     # -- helpers -----------------------------------------------------------------------
+
+    def catch_up(self, user_id: str) -> None:
+        """Before a call of the user: on a shared log, make this server's caches of the user hold
+        what the log holds now (``replica.Replica``); nothing to do on a log of this server alone.
+        Never called holding the user's write lock."""
+        if self.replica is not None:
+            self.replica.catch_up(user_id)
+
+    def _changed(self, user_id: str) -> None:
+        """After a change of the user's records reached the log: on a shared log, other servers are told."""
+        if self.replica is not None:
+            self.replica.published(user_id)
 
     def check_writable(self) -> None:
         """Raise ``ReadOnlyData`` if the store was opened to read only.
@@ -251,86 +272,18 @@ class MemoryStore:
                 self._maintain_in_background()
 
         self.overlays.add(user_id, intent, docs, nodes)
+        self._changed(user_id)
         return stored
 
     def supersede(self, user_id: str, old_id: str, new_id: str, at: datetime | None = None) -> None:
-        """Close an old fact's validity in favour of a newer one (history stays queryable).
-
-        The message the old fact was read from is closed too once every fact read from it is:
-        "I live in Oslo" is no longer current after "I moved to Bergen", and would otherwise
-        outrank it ("...and I love skiing" stays current while that fact does).
-        """
-        with self.locks.write:
-            now = at or datetime.now(UTC)
-            self.log.set_superseded([old_id], new_id, now, user_id)
-            self.ledger(user_id).retire_fact(old_id)
-            old = self.log.get(user_id, [old_id]).get(old_id)
-            closed = []
-            for source in old.derived_from if old is not None else []:
-                cited = RecordFilter(user_id, kinds=("fact",), cites=source)
-                facts = self.log.select(cited, ["id", "superseded_by"])
-                if all(f["superseded_by"] or f["id"] == old_id for f in facts):
-                    closed.append(source)
-            self.log.set_superseded(closed, new_id, now, user_id)
-        self.overlays.after_pending(user_id, lambda: self.graph.close_relation(old_id, int(now.timestamp())))
+        """Close an old fact's validity in favour of a newer one (see ``Supersession.supersede``)."""
+        self.supersession.supersede(user_id, old_id, new_id, at)
 
     def supersede_mentions(
         self, user_id: str, old_values: list[str], new_value: str, at: datetime, by_id: str, speakers: tuple[str, ...]
     ) -> int:
-        """Close the records that stated a value now replaced or ended: current records said
-        before ``at`` that name one of ``old_values`` and not ``new_value`` (messages only
-        if one of ``speakers`` said them: the person, or an assistant answering them). Returns
-        how many were closed. The caller holds the user's write lock (``writing``).
-
-        The records that may name the values are found by BM25 (a user's whole memory was read
-        and matched before: a scan per change, slow for a large user), then matched as ever."""
-        wanted = [v for v in old_values if v]
-        if not wanted:
-            return 0
-        who = {s.lower() for s in speakers}
-        columns = ["id", "kind", "speaker", "text", "occurred_at"]
-        naming = self._naming(user_id, wanted)
-        if naming is None:
-            rows = self.log.select(RecordFilter(user_id, current=True), columns)
-        else:
-            rows = [row for start in range(0, len(naming), 500) for row in self.log.select(
-                RecordFilter(user_id, current=True, ids=tuple(naming[start : start + 500])), columns)]  # fmt: skip
-        closing, facts = [], []
-        for row in rows:
-            said = row["occurred_at"]
-            if row["id"] == by_id or said is None or as_utc(said) >= at:
-                continue
-            if row["kind"] == "message" and str(row["speaker"] or "").lower() not in who:
-                continue
-            text = str(row["text"] or "")
-            if not any(mentions(text, v, unlike=new_value) for v in wanted):
-                continue
-            if new_value and any(mentions(text, new_value, unlike=v) for v in wanted):
-                continue
-            closing.append(row["id"])
-            if row["kind"] == "fact":
-                facts.append(row["id"])
-        with self.locks.write:
-            self.log.set_superseded(closing, by_id, at, user_id)
-            for fact_id in facts:
-                self.ledger(user_id).retire_fact(fact_id)
-                self.overlays.after_pending(
-                    user_id, lambda f=fact_id: self.graph.close_relation(f, int(at.timestamp())))
-        return len(closing)
-
-    def _naming(self, user_id: str, values: list[str], most: int = 5_000) -> list[str] | None:
-        """Ids of the user's records whose words include a word of one of ``values`` (BM25, once the
-        user's writes are in it); None (read them all) when a value has no word BM25 keeps, or too
-        many records match to list."""
-        self.overlays.flush(user_id)
-        found: dict[str, None] = {}
-        for value in values:
-            text = " ".join([value, *value_terms(value)])
-            hits = self.bm25.search(user_id, text, most) if self.bm25.terms(text) else None
-            if hits is None or len(hits) >= most:
-                return None
-            found.update((rid, None) for rid, _ in hits)
-        return list(found)
+        """Close the records that stated a value now replaced or ended (see ``Supersession.mentions``)."""
+        return self.supersession.mentions(user_id, old_values, new_value, at, by_id, speakers)
 
     def reinforce(self, user_id: str, fact_ids: list[str]) -> None:
         """Facts said again: count the mentions instead of storing copies.
@@ -369,6 +322,7 @@ class MemoryStore:
             if ledger is not None:
                 ledger.drop_summaries(session_id, ids)
         self.overlays.delete(user_id, intent, ids)
+        self._changed(user_id)
 
     # -- deletes (deletion.py) -------------------------------------------------------------
 
@@ -380,7 +334,10 @@ class MemoryStore:
             ReadOnlyData: The store serves reads only.
         """
         self.check_writable()
-        return self.deleter.delete(user_id, ids)
+        try:
+            return self.deleter.delete(user_id, ids)
+        finally:
+            self._changed(user_id)
 
     def drop_user(self, user_id: str) -> DeleteReport:
         """Delete every record of a user, the user's overlays and the user's graph secret.
@@ -389,7 +346,10 @@ class MemoryStore:
             ReadOnlyData: The store serves reads only.
         """
         self.check_writable()
-        return self.deleter.drop_user(user_id)
+        try:
+            return self.deleter.drop_user(user_id)
+        finally:
+            self._changed(user_id)
 
     def unfinished_ids(self, user_id: str) -> set[str]:
         """Records of the user that a delete removed without finishing (see ``Deleter.unfinished_ids``)."""

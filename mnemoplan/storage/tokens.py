@@ -1,4 +1,5 @@
-"""Bearer tokens for the HTTP server, kept hashed in the data directory.
+"""Bearer tokens for the HTTP server, kept hashed in the data directory (or, for servers sharing a
+log in object storage, in a table of that log: ``log.token_table``).
 
 A token is ``mnp_`` followed by 32 random bytes (``secrets.token_urlsafe``); only its SHA-256
 is stored, so the file tells nobody a token (a slow hash buys nothing for a secret this long).
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnemoplan.errors import InvalidInput, NotFound
+from mnemoplan.storage.log.token_table import TokenTable
 
 TOKENS_FILE = "tokens.json"
 PREFIX = "mnp_"
@@ -57,28 +59,37 @@ class TokenStore:
         data_dir: The data directory (created if missing when a token is created).
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, shared: TokenTable | None = None) -> None:
         self.path = data_dir / TOKENS_FILE
+        self._shared = shared
         self._lock = threading.Lock()
-        self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of the file last read
+        self._seen: object = None  # (inode, size, mtime_ns) of the file last read, or the table's version
         self._by_hash: dict[str, TokenInfo] = {}
 
     # -- reads -------------------------------------------------------------------------
 
     def _entries(self) -> list[dict]:
+        if self._shared is not None:
+            return self._shared.entries()
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         return list(data.get("tokens", []))
 
-    def _current(self) -> dict[str, TokenInfo]:
-        """Tokens by hash, re-read only when the file changed (it is replaced, never edited)."""
+    def _stamp(self) -> object:
+        """What changes when a token is made or revoked: the file's identity, or the shared table's version."""
+        if self._shared is not None:
+            return self._shared.version()
         try:
             st = os.stat(self.path)
-            key: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+            return (st.st_ino, st.st_size, st.st_mtime_ns)
         except FileNotFoundError:
-            key = None
+            return None
+
+    def _current(self) -> dict[str, TokenInfo]:
+        """Tokens by hash, read again only when they changed (the file is replaced, never edited)."""
+        key = self._stamp()
         with self._lock:
             if key != self._seen:
                 entries = self._entries() if key is not None else []
@@ -116,10 +127,12 @@ class TokenStore:
         secret = PREFIX + secrets.token_urlsafe(32)
         info = TokenInfo(id=secrets.token_hex(4), user_id=user_id, admin=admin, read_only=read_only,
                          created_at=datetime.now(UTC).isoformat(timespec="seconds"), note=note)  # fmt: skip
+        entry = {**asdict(info), "hash": _digest(secret)}
         with self._lock:
-            entries = self._entries()
-            entries.append({**asdict(info), "hash": _digest(secret)})
-            self._write(entries)
+            if self._shared is not None:
+                self._shared.add(entry)
+            else:
+                self._write([*self._entries(), entry])
         return secret, info
 
     def revoke(self, token_id: str) -> TokenInfo:
@@ -133,7 +146,10 @@ class TokenStore:
             kept = [e for e in entries if e["id"] != token_id]
             if len(kept) == len(entries):
                 raise NotFound(f"There is no token {token_id!r}.", hint="`mnemoplan token list` shows the ids.")
-            self._write(kept)
+            if self._shared is not None:
+                self._shared.remove(token_id)
+            else:
+                self._write(kept)
         return next(_info(e) for e in entries if e["id"] == token_id)
 
     def _write(self, entries: list[dict]) -> None:

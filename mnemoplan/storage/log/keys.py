@@ -37,15 +37,24 @@ class UserKeys:
             return None
         with self._lock:
             rows = keys.search().where(of_user(user_id)).select(["salt"]).to_list()
-            if rows:
-                salt = bytes(rows[0]["salt"])
-            elif create:
-                salt = os.urandom(32)
-                keys.add(pa.table({"user_id": [user_id], "salt": [salt]}))
-            else:
+            if not rows and create:
+                # Inserted only if no server of a shared log made one meanwhile: then the salt is theirs.
+                row = pa.table({"user_id": [user_id], "salt": [os.urandom(32)]})
+                keys.merge_insert("user_id").when_not_matched_insert_all().execute(row)
+                rows = keys.search().where(of_user(user_id)).select(["salt"]).to_list()
+            if not rows:
                 return None
-            self._salts[user_id] = salt
+            salt = self._salts[user_id] = bytes(rows[0]["salt"])
             return salt
+
+    def cached(self, user_id: str) -> bytes | None:
+        """The user's salt if held in memory (what the graph's entries of the user were keyed with)."""
+        return self._salts.get(user_id)
+
+    def forget_cached(self, user_id: str) -> None:
+        """Read the user's salt from the log again at next use (another server may have dropped it)."""
+        with self._lock:
+            self._salts.pop(user_id, None)
 
     def drop(self, user_id: str) -> None:
         """Destroy a user's secret: what the graph kept of them can no longer be linked to names."""

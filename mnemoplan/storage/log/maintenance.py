@@ -111,11 +111,18 @@ class Maintenance:
         """Drop every old version (the rewritten fragments' files go with them) and every
         file no version refers to: a failed commit's (a compaction an update preempted could
         have copied a row deleted since). Must not run beside an append: it could drop the
-        version the append began from, and its files look unreferenced until it commits."""
+        version the append began from, and its files look unreferenced until it commits.
+
+        On a log other servers share, one of theirs may be under way whatever this server
+        holds: versions go once older than ``OLD_VERSIONS_KEPT`` (here, or at any server's next
+        maintenance), which no commit takes."""
         with self.rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for table, _ in self._keyed_tables():
-                table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+                if self._tables.shared:
+                    table.cleanup_old_versions(OLD_VERSIONS_KEPT)
+                else:
+                    table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
 
     def _keyed_tables(self) -> list[tuple[LanceTable, str]]:
         """The tables a purge rewrites, with the column that keys their rows."""

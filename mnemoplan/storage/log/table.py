@@ -47,19 +47,22 @@ class LanceLog:
         cache_tokens_per_user: Users with at most this many token vectors have them held in memory.
         read_only: Open the log without writing to it (a data directory that cannot be written):
             the schema is taken as it is, and a log that lacks a table reads as empty.
+        uri: Where the tables are, when not in ``path``: object storage (``s3://bucket/prefix``), shared
+            by several servers; ``path`` then holds this server's notes of what a purge must rewrite.
+        storage_options: LanceDB's options for ``uri``.
     """
 
     def __init__(
         self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000,
         cache_vectors_per_user: int = 200_000, cache_tokens_per_user: int = 2_000_000,
-        read_only: bool = False,
+        read_only: bool = False, uri: str | None = None, storage_options: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
         if not read_only:
             path.mkdir(parents=True, exist_ok=True)
         self.cache = RecordCache(cache_records)
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
-        self.tables = LogTables(path, read_only=read_only)
+        self.tables = LogTables(uri or path, storage_options=storage_options, read_only=read_only)
         self.maintenance = Maintenance(self.tables, path, ann_min_rows=ann_min_rows)
         self.user_keys = UserKeys(self.tables, self.maintenance)
         self.views = UserViews(self.tables, self.vector_cache, self.token_cache)
@@ -377,6 +380,19 @@ class LanceLog:
     def user_salt(self, user_id: str, *, create: bool = True) -> bytes | None:
         """The random secret that keys this user's hashed names in the graph."""
         return self.user_keys.salt(user_id, create=create)
+
+    def forget_cached(self, user_id: str) -> None:
+        """Drop everything held in memory of a user (records, vectors, token vectors, salt): the
+        next read takes them from the log (another server of a shared log changed them)."""
+        self.cache.evict(None, user_id)
+        self.vector_cache.invalidate(user_id)
+        self.token_cache.invalidate(user_id)
+        self.user_keys.forget_cached(user_id)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the log is in object storage, which other servers may write too."""
+        return self.tables.shared
 
     def drop_user_salt(self, user_id: str) -> None:
         """Destroy a user's secret: what the graph kept of them can no longer be linked to names."""

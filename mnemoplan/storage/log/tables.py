@@ -1,8 +1,9 @@
-"""The log's LanceDB database and its two tables: the records, and the users' keys."""
+"""The log's LanceDB database and its tables: the records, the users' keys and, when the log is shared
+by several servers, the users' heads (``heads.py``)."""
 
 from __future__ import annotations
 
-import os
+from datetime import timedelta
 from pathlib import Path
 
 import lancedb
@@ -13,30 +14,60 @@ from mnemoplan.runtime import configure_lance
 from mnemoplan.storage.log.schema import KEYS_TABLE, LATER_COLUMNS, TABLE, table_schema
 
 
+def is_shared(location: Path | str) -> bool:
+    """Whether a log location is object storage (``s3://``, ``gs://``, ...), which other servers may
+    write too, rather than a local directory."""
+    text = str(location)
+    return "://" in text and not text.startswith("file://")
+
+
 class LogTables:
     """The records table (None until the first write creates it) and the users' keys table.
 
     Args:
-        path: Directory of the LanceDB database.
+        location: Directory of the LanceDB database, or an object-storage URI (``s3://bucket/prefix``).
+        storage_options: LanceDB's options for an object-storage URI (endpoint, region, credentials).
         read_only: Take the schema as it is, and create no table (a log that lacks one reads as empty).
     """
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, location: Path | str, *, storage_options: dict[str, str] | None = None,
+                 read_only: bool = False) -> None:  # fmt: skip
         configure_lance()  # for a process that opens a log without an entry point (a script, a child)
-        self._db = lancedb.connect(str(path))
+        self.shared = is_shared(location)
+        # Shared: every read sees the latest version another server committed, not the one this
+        # process opened (a lookup of the table's version per read: what freshness costs).
+        self._db = lancedb.connect(str(location), storage_options=storage_options or None,
+                                   read_consistency_interval=timedelta(0) if self.shared else None)  # fmt: skip
         self._dim: int | None = None
         names = self._db.table_names()
-        self.records: LanceTable | None = None
+        self._records: LanceTable | None = None
         if TABLE in names:
-            self.records = self._db.open_table(TABLE)
+            self._records = self._db.open_table(TABLE)
             if not read_only:
-                self._add_later_columns(self.records)
+                self._add_later_columns(self._records)
         self.keys: LanceTable | None = None  # None: opened read-only, and never written to
         if KEYS_TABLE in names:
             self.keys = self._db.open_table(KEYS_TABLE)
         elif not read_only:
             schema = pa.schema([("user_id", pa.string()), ("salt", pa.binary())])
             self.keys = self._db.create_table(KEYS_TABLE, schema=schema)
+
+    @property
+    def records(self) -> LanceTable | None:
+        """The records table; None until a first write creates it (on a shared log, any server's)."""
+        if self._records is None and self.shared and TABLE in self._db.table_names():
+            self._records = self._db.open_table(TABLE)
+        return self._records
+
+    def open_or_create(self, name: str, schema: pa.Schema) -> LanceTable:
+        """A table of the database, created empty with ``schema`` if it does not exist yet (by another
+        server of a shared log meanwhile: then theirs)."""
+        if name in self._db.table_names():
+            return self._db.open_table(name)
+        try:
+            return self._db.create_table(name, schema=schema)
+        except (OSError, ValueError, RuntimeError):  # created meanwhile
+            return self._db.open_table(name)
 
     @property
     def dim(self) -> int | None:
@@ -54,13 +85,14 @@ class LogTables:
             ValueError: The table holds vectors of another dimension.
         """
         if self.records is None:
-            self.records = self._db.create_table(TABLE, schema=table_schema(dim))
-        elif self.dim != dim:
+            self._records = self.open_or_create(TABLE, table_schema(dim))
+        if self.dim != dim:
             raise ValueError(
                 f"the log holds {self.dim}-dimensional vectors but the embedder makes {dim}; "
                 "use the model the data was written with, or start a new data directory"
             )
-        return self.records
+        assert self._records is not None
+        return self._records
 
     def _add_later_columns(self, table: LanceTable) -> None:
         missing = [name for name in LATER_COLUMNS if name not in table.schema.names]

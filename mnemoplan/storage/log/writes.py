@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -59,16 +60,20 @@ class LogWriter:
 
     def _load_max_seq(self) -> int:
         table = self._tables.records
-        if table is None or table.count_rows() == 0:
+        if self._tables.shared or table is None or table.count_rows() == 0:
             return 0
         seqs = table.search().select(["seq"]).limit(None).to_arrow().column("seq")
         return int(pc.max(seqs).as_py() or 0)
 
     def next_seqs(self, n: int) -> list[int]:
-        """Reserve ``n`` consecutive sequence numbers (write order across the whole log)."""
+        """Reserve ``n`` consecutive sequence numbers (write order across the whole log). On a log
+        several servers write, they count microseconds since 1970, so that each server's numbers
+        grow and different servers' follow their clocks, without a counter to share."""
         with self._lock:
             start = self._seq + 1
-            self._seq += n
+            if self._tables.shared:
+                start = max(start, time.time_ns() // 1_000)
+            self._seq = start + n - 1
         return list(range(start, start + n))
 
     def add(

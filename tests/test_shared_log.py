@@ -1,0 +1,69 @@
+"""Servers sharing one log in object storage (moto's S3 on loopback): each sees what the others wrote
+and forgot, from its first call of a user on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mnemoplan.model import MessageIn
+from mnemoplan.model.scope import RecordFilter
+from mnemoplan.service.service import MemoryService
+from tests.conftest import make_service
+from tests.s3 import Bucket, moto_server, new_bucket
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture
+def bucket(endpoint: str) -> Bucket:
+    return new_bucket(endpoint)
+
+
+def replica(tmp_path: Path, name: str, bucket: Bucket) -> MemoryService:
+    return make_service(tmp_path / name, storage_uri=bucket.uri, storage_options=bucket.options)
+
+
+def test_what_one_server_remembers_or_forgets_the_others_see_at_their_next_call(
+    tmp_path: Path, bucket: Bucket
+) -> None:
+    a, b = replica(tmp_path, "a", bucket), replica(tmp_path, "b", bucket)
+    try:
+        assert a.store.log.shared and a.deferred is None  # stored before remember answers
+        said = a.remember(content="The staging database runs on host kestrel-7", user_id="u").ids
+        assert [i.id for i in b.recall("which host runs the staging database", user_id="u").items] == said
+        more = b.remember(messages=[MessageIn(content="The build server is called falconridge", speaker="ops")],
+                          user_id="u").ids  # fmt: skip
+        assert more[0] in [i.id for i in a.recall("what is the build server called", user_id="u").items]
+        a.forget(ids=said, user_id="u")
+        assert said[0] not in [i.id for i in b.recall("staging database host kestrel", user_id="u").items]
+        assert b.store.log.ids(RecordFilter("u", ids=tuple(said))) == []
+        assert a.store.replica is not None and a.store.replica.refreshes >= 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_server_started_on_a_shared_log_rebuilds_a_user_at_first_touch(tmp_path: Path, bucket: Bucket) -> None:
+    a = replica(tmp_path, "a", bucket)
+    try:
+        rid = a.remember(content="My locker code is 4417", user_id="u").ids[0]
+    finally:
+        a.close()
+    b = replica(tmp_path, "b", bucket)  # its own data directory: no BM25 index, no graph of "u"
+    try:
+        assert [i.id for i in b.recall("locker code", user_id="u").items] == [rid]
+        assert b.store.bm25.ids("u") == {rid}
+    finally:
+        b.close()
+    a = replica(tmp_path, "a", bucket)  # back, with indexes made before b wrote nothing new: still right
+    try:
+        assert [i.id for i in a.recall("locker code", user_id="u").items] == [rid]
+    finally:
+        a.close()
