@@ -301,6 +301,21 @@ def test_an_ending_naming_no_attribute_is_not_held_back_by_another_attributes_ne
     assert rows and all(r["superseded_by"] for r in rows)
 
 
+def test_a_new_phone_number_replaces_the_old_one(service: MemoryService) -> None:
+    tell(service, "u", [("user", "my phone number is 0612 345 678, in case you need it for the booking"),
+                        ("assistant", "Got it, I'll use 0612 345 678 for the booking."),
+                        ("user", "what's a good pasta recipe"),
+                        ("user", "my number is now +31 687 111 222, I switched carriers")])
+    for question in ("what's my phone number?", "what is my number?"):
+        items = ask(service, "u", question)
+        assert "687 111 222" in items[0].text and items[0].current, question
+        old = [i for i in items if "345 678" in i.text]
+        assert old and all(not i.current for i in old), question
+    assert values("call me on 020 7946 0958 any time") == {"phone_number": "020 7946 0958"}
+    assert not values("my order number is 88123456, it never arrived")
+    assert not values("my mum's number is 0612 999 888")
+
+
 def test_a_stated_fact_with_a_naive_time_is_taken_as_utc(service: MemoryService) -> None:
     tell(service, "u", [("user", "I drive a Mazda CX-5 now, so much space")], start=T0 + timedelta(days=90))
     late = service.remember(fact=FactIn(attribute="car", value="Honda Civic", occurred_at=datetime(2000, 1, 1)),

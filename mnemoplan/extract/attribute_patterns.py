@@ -83,7 +83,8 @@ OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?ne
 # attributes whose value may stand right before the cue, a service's or a thing's name
 NAMED_BEFORE = frozenset({"internet_provider", "bank", "gym", "phone", "laptop", "car", "streaming_service"})
 PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
-UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"})
+UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "phone_number", "languages",
+                     "coffee_order"})
 QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
                     r"\bautocorrect\w*", re.I)
 GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"

@@ -74,6 +74,8 @@ from mnemoplan.extract.attribute_patterns import (
 )
 from mnemoplan.extract.attribute_words import (
     EMAIL_RE,
+    PHONE_RE,
+    is_phone_number,
     NAMEISH,
     NOT_VALUES,
     by_value,
@@ -191,6 +193,9 @@ def _frames(sentence: str) -> list[AttributeStatement]:
         out.append(AttributeStatement("age", m.group("v") or m.group("w") or m.group("at")))
     for m in EMAIL_RE.finditer(s):
         out.append(AttributeStatement("email", m.group()))
+    if re.search(rf"\b(?:{ATTRIBUTES['phone_number'].cues})\b", s, re.I):  # not an order or a flight number
+        out.extend(AttributeStatement("phone_number", m.group().strip()) for m in PHONE_RE.finditer(s)
+                   if is_phone_number(m.group().strip()))
     return out
 
 
