@@ -12,7 +12,8 @@ from mnemoplan.extract.attribute_kinds import FAVOURITE_WORD
 
 RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
              r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
-             r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
+             r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro|"
+             r"mate|best mate|bestie|pal|buddy|classmate|niece|nephew")
 OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{RELATIONS})(?:'s)?\b|"
                            r"\b(?:he|she|they)\b(?!'s a )", re.I)
 FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
@@ -25,7 +26,27 @@ UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly|
 HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
                    r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*|when i'm|when i am|"
-                   r"when i turn|once i'm|once i turn|by the time i)\b", re.I)
+                   r"when i turn|once i'm|once i turn|by the time i|i'd|we'd|in another life|if only)\b", re.I)
+# words by which a statement tells of a change ("my new Kia", "switched to", "now at"), or one message
+# naming two values of an attribute tells which replaced which
+CHANGE = re.compile(r"\b(?:replac\w+|switch\w*|swapp?\w*|trad(?:e|ed|ing)|instead|upgrad\w+|chang\w+|now|new|no longer|"
+                    r"anymore|any more|left|sold|ditched|moved|from|got|bought|since|finally|started|joined)\b", re.I)
+# A plan that did not happen, or a thing tried and not kept: the sentence states nothing of the speaker
+# ("we were supposed to move to X", "almost bought a Y", "ordered a Z and sent it back")
+UNREALISED = re.compile(r"\b(?:(?:was|were)\s+(?:going|supposed|about|meant|planning|hoping)\s+to|supposed to|almost|"
+                        r"nearly|tried to|test[- ]?dr(?:ove|ive|iving|iven)|turned (?:it |them |that |the \w+ )?down|"
+                        r"sent (?:it |them )?back|returned it|never (?:went|happened|did|started|showed|used)|"
+                        r"fell through|didn't (?:happen|work out|go through)|backed out|free trial|trial (?:at|of|with))\b",
+                        re.I)
+# Words said, not claims held: a quotation after a verb of saying, or one that speaks ("I live in
+# London now!", "is Coldplay your favourite band?"); a quoted title ("Piranesi") stays a value.
+SPOKEN = re.compile(r"[\"“](?P<q>[^\"”]{1,200})[\"”]")
+SAYS = re.compile(r"\b(?:say|says|said|saying|ask|asks|asked|asking|joke[sd]?|joking|text(?:s|ed)?|wrote|writes|goes|"
+                  r"announc\w*|told|tells|yell\w*|shout\w*|repl(?:y|ied|ies)|call(?:s|ed)? me|sings?|sang)\W*$", re.I)
+# the speaker's own taking of a thing a name's kind gives away: "bought a Mazda", "I use Monzo"
+SPEAKER_HAS = re.compile(r"\b(?:got|bought|have|drive|driving|use|using|own|switched to|picked up|went with|joined|"
+                         r"upgraded to|changed to|started at|signed up (?:with|at|for)|banking with|bank with|moved to)\s+"
+                         r"(?:(?:a|an|the|my|our|new|brand new|second-hand|used|shiny)\s+)*$", re.I)
 VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
                    r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
                    r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
