@@ -79,6 +79,7 @@ class DeepConfig:
             plan adds what the first one missed without reshuffling what it found: at full
             weight, rules-only later rounds cost R@10 on LoCoMo, less the lower the weight,
             while R@25 rose above recall's (bench/README.md).
+        entity_hops: Hops of the entity graph step (recall's takes one).
         keep_recall: How many of recall's first items deep keeps in place (``start_from_recall``).
         found_share: Weight of deep's own rank beside recall's below them (reciprocal ranks).
     """
@@ -92,8 +93,9 @@ class DeepConfig:
     rerank_deadline_s: float = 8.0
     round_decay: float = 0.2
     deadline_s: float = 15.0
+    entity_hops: int = 2
     keep_recall: int = 10
-    found_share: float = 0.5
+    found_share: float = 1.0
 
 
 def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config: DeepConfig) -> QueryPlan:
@@ -104,7 +106,7 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
         if "top_k" in params and step.index in ("bm25", "semantic"):
             params["top_k"] = widened(params["top_k"], config.widen)
         if step.index == "entity_graph" and "entity_type" not in params:
-            params["hops"] = 2  # thoroughness over recall's milliseconds
+            params["hops"] = config.entity_hops  # thoroughness over recall's milliseconds
         if step.index == "token_match":  # every user, one too large to hold in memory read from the log
             params.update(scan_log=True, max_memories=0)
         weight = config.weights.get(step.index, step.weight)
