@@ -128,3 +128,19 @@ APPOSED = re.compile(r"\s*,\s*(?:(?:my|our|the|a|an|his|her|their|new|little|old
                      re.I)
 # a name after "with" is company, not a value: "walked the dog with Emma", "lunch with Tom"
 COMPANION = re.compile(r"\bwith\s+(?:the\s+)?$", re.I)
+
+
+def unquoted(text: str) -> str:
+    """The text without the words it quotes someone saying (blanked, so positions hold): "my niece
+    keeps saying "I live in London now!"", "the barista wrote "latte" on my cup". A quoted title
+    ("my favourite book is "Piranesi"") stays."""
+    def blank(m: re.Match[str]) -> str:
+        spoken = (SAYS.search(text[max(0, m.start() - 30):m.start()]) or FIRST_PERSON.search(m.group("q"))
+                  or re.search(r"\byou(?:r|'re)?\b|[?!]\s*$", m.group("q"), re.I))
+        return " " * len(m.group()) if spoken else m.group()
+    return SPOKEN.sub(blank, text)
+
+
+def doctor_named(sentence: str, cues: list[tuple[int, int, str]]) -> bool:
+    """Whether a sentence speaks of a doctor by more than a title ("my GP", "the dentist")."""
+    return any(a == "doctor" and not re.fullmatch(r"dr\.?", sentence[i:j], re.I) for i, j, a in cues)

@@ -66,16 +66,16 @@ from mnemoplan.extract.attribute_patterns import (
     QUOTED,
     RELATION_CUE,
     SAYING,
-    SAYS,
     SENTENCE,
     SPEAKER_HAS,
-    SPOKEN,
     SUBJECT_I,
     TAKE_TO_WORK,
     UNNAMED,
     UNREALISED,
     UNSURE,
     VISIT,
+    doctor_named,
+    unquoted,
 )
 from mnemoplan.extract.attribute_words import (
     EMAIL_RE,
@@ -205,17 +205,6 @@ def _frames(sentence: str) -> list[AttributeStatement]:
     return out
 
 
-def unquoted(text: str) -> str:
-    """The text without the words it quotes someone saying (blanked, so positions hold): "my niece
-    keeps saying "I live in London now!"", "the barista wrote "latte" on my cup". A quoted title
-    ("my favourite book is "Piranesi"") stays."""
-    def blank(m: re.Match[str]) -> str:
-        spoken = (SAYS.search(text[max(0, m.start() - 30):m.start()]) or FIRST_PERSON.search(m.group("q"))
-                  or re.search(r"\byou(?:r|'re)?\b|[?!]\s*$", m.group("q"), re.I))
-        return " " * len(m.group()) if spoken else m.group()
-    return SPOKEN.sub(blank, text)
-
-
 def attribute_statements(text: str) -> list[AttributeStatement]:
     """What a message says of its speaker's attributes, in order (the speaker speaks in the first person)."""
     out: list[AttributeStatement] = []
@@ -331,11 +320,6 @@ def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[in
     return out
 
 
-def _doctor_named(sentence: str, cues: list[tuple[int, int, str]]) -> bool:
-    """Whether a sentence speaks of a doctor by more than a title ("my GP", "the dentist")."""
-    return any(a == "doctor" and not re.fullmatch(r"dr\.?", sentence[i:j], re.I) for i, j, a in cues)
-
-
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
     hedge_at = min((m.start() for m in HEDGE.finditer(sentence)), default=len(sentence))
     visit_at = min((m.start() for m in VISIT.finditer(sentence)), default=len(sentence))
@@ -385,7 +369,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             # "Dr. Seuss was my favourite": a title alone says no doctor of the speaker's
             titled = attr == "doctor" and re.fullmatch(r"dr\.?", sentence[c_start:c_end], re.I) is not None
             attr = by_value(value) or attr
-            out.append(AttributeStatement(attr, value, adds=adds, loose=titled and not _doctor_named(sentence, cues)))
+            out.append(AttributeStatement(attr, value, adds=adds, loose=titled and not doctor_named(sentence, cues)))
         for pos, value in names:
             owned = OWNED.search(sentence[max(0, pos - 30):pos])
             if value.lower() in taken or (_other_subject(sentence, pos) and not owned):
@@ -398,7 +382,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             loose = not (owned or SPEAKER_HAS.search(lead))
             if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
                 attr = "doctor"  # "Dr. Moreau did my cleaning"; "Dr. Seuss was my favourite" is no doctor
-                loose = loose and not _doctor_named(sentence, cues)
+                loose = loose and not doctor_named(sentence, cues)
             if not attr and IN_FRAME.search(lead):
                 attr, loose = "home_city", False
             if not attr and AT_FRAME.search(lead):
