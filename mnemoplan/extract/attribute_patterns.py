@@ -30,7 +30,8 @@ HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|
 # words by which a statement tells of a change ("my new Kia", "switched to", "now at"), or one message
 # naming two values of an attribute tells which replaced which
 CHANGE = re.compile(r"\b(?:replac\w+|switch\w*|swapp?\w*|trad(?:e|ed|ing)|instead|upgrad\w+|chang\w+|now|new|no longer|"
-                    r"anymore|any more|left|sold|ditched|moved|from|got|bought|since|finally|started|joined)\b", re.I)
+                    r"anymore|any more|left|sold|ditched|moved|from|got|bought|since|finally|started|joined|"
+                    r"sorry|oops|i meant|actually|correction)\b", re.I)
 # A plan that did not happen, or a thing tried and not kept: the sentence states nothing of the speaker
 # ("we were supposed to move to X", "almost bought a Y", "ordered a Z and sent it back")
 UNREALISED = re.compile(r"\b(?:(?:was|were)\s+(?:going|supposed|about|meant|planning|hoping)\s+to|supposed to|almost|"
@@ -43,10 +44,16 @@ UNREALISED = re.compile(r"\b(?:(?:was|were)\s+(?:going|supposed|about|meant|plan
 SPOKEN = re.compile(r"[\"“](?P<q>[^\"”]{1,200})[\"”]")
 SAYS = re.compile(r"\b(?:say|says|said|saying|ask|asks|asked|asking|joke[sd]?|joking|text(?:s|ed)?|wrote|writes|goes|"
                   r"announc\w*|told|tells|yell\w*|shout\w*|repl(?:y|ied|ies)|call(?:s|ed)? me|sings?|sang)\W*$", re.I)
-# the speaker's own taking of a thing a name's kind gives away: "bought a Mazda", "I use Monzo"
-SPEAKER_HAS = re.compile(r"\b(?:got|bought|have|drive|driving|use|using|own|switched to|picked up|went with|joined|"
-                         r"upgraded to|changed to|started at|signed up (?:with|at|for)|banking with|bank with|moved to)\s+"
-                         r"(?:(?:a|an|the|my|our|new|brand new|second-hand|used|shiny)\s+)*$", re.I)
+# the speaker's own taking or use of a thing a name's kind gives away: "bought a Mazda", "I bank with
+# Monzo", "I'm on a Fairphone 5", "we've had HBO Max", "I see Dr. Ivanova", "my internet's with X"
+_DET = r"(?:(?:a|an|the|my|our|new|brand new|second-hand|used|shiny|dr\.?)\s+)*$"
+SPEAKER_HAS = re.compile(r"\b(?:got|bought|switched to|picked up|went with|joined|upgraded to|changed to|started at|"
+                         r"signed up (?:with|at|for)|moved to|gave me|got me|sent me)\s+" + _DET + "|"
+                         r"\b(?:i|we|i'm|im|we're|i've|we've|i am|we are)\s+(?:\w+\s+){0,2}?(?:have|had|use|using|"
+                         r"drive|driving|own|run in|running in|wear|wearing|see|go to|going to|doing|train(?:ing)? at|"
+                         r"bank(?:ing)? with|meant|on|at|with)\s+" + _DET + "|"
+                         r"\b(?:my|our)\s+(?:\w+\s+){0,2}?\w+(?:'s|’s|\s+is|\s+are)\s+(?:now\s+)?(?:with\s+|on\s+|at\s+)?"
+                         + _DET, re.I)
 VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
                    r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
                    r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"

@@ -316,7 +316,10 @@ def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[in
         if beside:
             said.add(attr)
             taken.add(beside[-1].lower())
-            out.append(AttributeStatement(attr, beside[-1], loose=True))
+            # "Frida, our new kitten": the speaker's, said to be new, but not that it replaces one held
+            # (a mention: it stands beside the held value, ``ingest.attributes``); else loose, changing nothing
+            ours = re.search(r"\b(?:my|our)\s+(?:\w+\s+)?new\b", sentence[max(0, c_start - 20):c_start], re.I)
+            out.append(AttributeStatement(attr, beside[-1], loose=not ours, mention=bool(ours)))
     return out
 
 
@@ -379,7 +382,7 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             # a name its kind gives away is the speaker's when the words say so ("my Kia", "bought a
             # Mazda", "I bank with Monzo"); else it is named in passing ("the BMW next door keeps
             # parking across my driveway"): a loose reading, which changes nothing (``ingest.attributes``)
-            loose = not (owned or SPEAKER_HAS.search(lead))
+            loose = not (owned or SPEAKER_HAS.search(lead) or AT_FRAME.search(lead) or IN_FRAME.search(lead))
             if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
                 attr = "doctor"  # "Dr. Moreau did my cleaning"; "Dr. Seuss was my favourite" is no doctor
                 loose = loose and not doctor_named(sentence, cues)
@@ -490,7 +493,8 @@ def names_another_value(text: str, attribute: str, held: str) -> bool:
             # and the speaker's, as the words say ("my Kia", "bought a Mazda", "the new Kia"): a name
             # of its kind said of something else ("the BMW next door", "HSBC is sponsoring the race")
             # would put a wrong answer first
-            theirs = OWNED.search(lead) or SPEAKER_HAS.search(lead) or re.search(r"\bnew\s+$", lead, re.I)
+            theirs = (OWNED.search(lead) or SPEAKER_HAS.search(lead) or AT_FRAME.search(lead)
+                      or re.search(r"\bnew\s+$", lead, re.I))
             if (value.lower() not in NOT_VALUES and _kind(value) == attribute and not _other_subject(sentence, pos)
                     and not COMPANION.search(sentence[max(0, pos - 12):pos]) and theirs):
                 return True
