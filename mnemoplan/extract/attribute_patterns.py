@@ -32,6 +32,8 @@ HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|
 CHANGE = re.compile(r"\b(?:replac\w+|switch\w*|swapp?\w*|trad(?:e|ed|ing)|instead|upgrad\w+|chang\w+|now|new|no longer|"
                     r"anymore|any more|left|sold|ditched|moved|from|got|bought|since|finally|started|joined|"
                     r"sorry|oops|i meant|actually|correction)\b", re.I)
+# a change the speaker tells of, in a sentence that names a value only by its kind
+MOVED_ON = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:switched|moved|changed|joined)\b|\b(?:the|my|our)\s+new\b", re.I)
 # A plan that did not happen, or a thing tried and not kept: the sentence states nothing of the speaker
 # ("we were supposed to move to X", "almost bought a Y", "ordered a Z and sent it back")
 UNREALISED = re.compile(r"\b(?:(?:was|were)\s+(?:going|supposed|about|meant|planning|hoping)\s+to|supposed to|almost|"

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from mnemoplan.extract.attributes import asked_attribute, mentions, names_another_value
+from mnemoplan.extract.attribute_doubts import names_another_value
+from mnemoplan.extract.attributes import asked_attribute, mentions
 from mnemoplan.model import MemoryItem, Record
 from mnemoplan.model.records import REQUESTING_ROLES, requests
 from mnemoplan.model.scope import RecordFilter
