@@ -31,11 +31,19 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
 
 
+def subject_key(fact: Record) -> str:
+    """The key a fact is decided and filed under, as the ledger files it: its subject as said, else
+    its subject's mention (the graph's entity may be the owner: ``subject_entity``)."""
+    said = entity_key(str(fact.metadata.get("subject", "")))
+    return said or next((m.key for m in fact.entities if m.role == "subject"), "")
+
+
 def subject_entity(subject: str, key: str) -> EntityMention | None:
     """The entity a fact is about: its subject, or for "user's starter" and "Caroline's painting"
     the owner (a thing one has is no entity of its own; "Melanie's sister" is a person, and stays)."""
     owned = re.fullmatch(r"(?P<owner>.+?)['’]s\s+(?P<thing>.+)", subject)
-    if owned and not is_person_noun(owned.group("thing").split()[-1]):
+    thing = owned.group("thing").split() if owned else []
+    if owned and not any(is_person_noun(w) or w[:1].isupper() for w in thing):  # "user's friend Eva" stays
         owner = owned.group("owner")
         return EntityMention(key=entity_key(owner), name=owner, role="subject") if entity_key(owner) else None
     return EntityMention(key=key, name=subject, role="subject") if key else None
