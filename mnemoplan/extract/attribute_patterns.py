@@ -51,7 +51,7 @@ SAYS = re.compile(r"\b(?:say|says|said|saying|ask|asks|asked|asking|joke[sd]?|jo
 _DET = r"(?:(?:a|an|the|my|our|new|brand new|second-hand|used|shiny|dr\.?)\s+)*$"
 SPEAKER_HAS = re.compile(r"\b(?:got|bought|switched to|picked up|went with|joined|upgraded to|changed to|started at|"
                          r"signed up (?:with|at|for)|moved to|gave me|got me|sent me)\s+" + _DET + "|"
-                         r"\b(?:i|we|i'm|im|we're|i've|we've|i am|we are)\s+(?:\w+\s+){0,2}?(?:have|had|use|using|"
+                         r"\b(?:i|we|i'm|im|we're|i've|we've|i am|we are)\s+(?:\w+\s+){0,3}?(?:have|had|use|using|"
                          r"drive|driving|own|run in|running in|wear|wearing|see|go to|going to|doing|train(?:ing)? at|"
                          r"bank(?:ing)? with|meant|on|at|with)\s+" + _DET + "|"
                          r"\b(?:my|our)\s+(?:\w+\s+){0,2}?\w+(?:'s|’s|\s+is|\s+are)\s+(?:now\s+)?(?:with\s+|on\s+|at\s+)?"

@@ -78,6 +78,7 @@ from mnemoplan.extract.attribute_patterns import (
     doctor_named,
     unquoted,
 )
+from mnemoplan.extract.brands import brand_attribute
 from mnemoplan.extract.attribute_words import (
     EMAIL_RE,
     PHONE_RE,
@@ -383,7 +384,10 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             # a name its kind gives away is the speaker's when the words say so ("my Kia", "bought a
             # Mazda", "I bank with Monzo"); else it is named in passing ("the BMW next door keeps
             # parking across my driveway"): a loose reading, which changes nothing (``ingest.attributes``)
-            loose = not (owned or SPEAKER_HAS.search(lead) or AT_FRAME.search(lead) or IN_FRAME.search(lead))
+            # a name that says its own kind ("Universidade de São Paulo", "John Reed Fitness") is no
+            # brand named in passing: the speaker's in a sentence of theirs
+            loose = not (owned or SPEAKER_HAS.search(lead) or AT_FRAME.search(lead) or IN_FRAME.search(lead)
+                         or (attr and not brand_attribute(value)))
             if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
                 attr = "doctor"  # "Dr. Moreau did my cleaning"; "Dr. Seuss was my favourite" is no doctor
                 loose = loose and not doctor_named(sentence, cues)
