@@ -129,12 +129,19 @@ def _message_key(item: MemoryItem) -> str:
 
 
 def start_from_recall(recall: list[MemoryItem], found: list[MemoryItem], keep: int, share: float) -> list[MemoryItem]:
-    """Deep's answer, starting from recall's: recall's first ``keep`` items in place, then
+    """Deep's answer, starting from recall's: recall's first items in place, as many as show
+    ``keep`` messages (a fact or a summary counts as the messages it came from), then
     recall's other items and what deep's own steps found, by reciprocal ranks (deep's at
     ``share`` of recall's). Without evidence of its own (a judge, a reranker) deep does not
     reorder what recall put first: on agent conversations its own fusion ranked below recall's
     (bench/README.md); what it adds is what recall did not find."""
-    out = recall[:keep]
+    out: list[MemoryItem] = []
+    shown: set[str] = set()  # the messages recall's first items show: a fact counts as its sources
+    for item in recall:
+        if len(shown) >= keep:
+            break
+        out.append(item)
+        shown.update(item.derived_from if item.kind != "passage" and item.derived_from else [_message_key(item)])
     taken = {_message_key(i) for i in out}
     score: dict[str, float] = {}
     by_key: dict[str, MemoryItem] = {}
