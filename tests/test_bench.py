@@ -65,6 +65,10 @@ def test_bench_writes_every_output_and_rescores_exactly(tmp_path: Path) -> None:
     assert {"category 1", "category 2", "overall"} <= set(metrics["modes"]["recall"]["quality"])
     for name in ("report.md", "recall_at_10_by_category.png", "latency.png"):
         assert (out / name).stat().st_size > 0
+    report = (out / "report.md").read_text()
+    quality = {mode: metrics["modes"][mode]["quality"]["category 1"] for mode in ("recall", "deep")}
+    row = next(line for line in report.split("## deep − recall")[1].splitlines() if line.startswith("| category 1 |"))
+    assert row.split(" | ")[3] == f"{quality['deep']['R@10'] - quality['recall']['R@10']:+.2f}"  # deep less recall
     assert "<!-- bench:start -->" in readme.read_text()
     rescored = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "rescore.py"), "--messages", str(messages),
@@ -82,10 +86,11 @@ def test_bench_without_the_plotting_library_writes_everything_else_and_says_so(
         monkeypatch.setitem(sys.modules, name, None)  # as if not installed: importing it fails
     messages, questions = write_dataset(tmp_path)
     out = tmp_path / "out"
-    code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "bm25",
+    code = main(["bench", "--messages", str(messages), "--questions", str(questions), "--mode", "bm25,vector",
                  "--out", str(out), "--embedding-model", "hash", "--mcp-sample", "0"])  # fmt: skip
     assert code == 0
-    for name in ("report.md", "metrics.json", "rankings-bm25.jsonl"):
+    assert "deep − recall" not in (out / "report.md").read_text()
+    for name in ("report.md", "metrics.json", "rankings-bm25.jsonl", "rankings-vector.jsonl"):
         assert (out / name).stat().st_size > 0
     assert not list(out.glob("*.png"))
     err = capsys.readouterr().err

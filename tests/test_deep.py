@@ -115,6 +115,35 @@ def test_rules_only_deep_search_reports_plans_steps_and_stats(service: MemorySer
     assert len(fingerprints) == len(set(fingerprints))  # never the same plan twice
 
 
+def test_deep_starts_from_what_recall_found_and_adds_below_it(tmp_path: Path) -> None:
+    """Without a judge or a reranker of its own, deep keeps recall's first ten in recall's order,
+    and what its own steps found comes after them (deep never ranks below recall)."""
+    from mnemoplan.planner.deep import start_from_recall
+
+    service = make_service(tmp_path / "data")
+    try:
+        notes = [MessageIn(content=f"note {i}: the {w} of the old harbour", speaker="Ann")
+                 for i, w in enumerate("lamp boat crane rope net gull pier buoy dock tide mast sail keel".split())]
+        service.remember(messages=[*notes, *(MessageIn(content=t, speaker=w) for w, t in CHAT)], user_id="u",
+                         session_id="s1")  # fmt: skip
+        for query in ("Where does Ben's sister teach chemistry?", "what is at the old harbour?", "pottery bowl"):
+            recalled = [i.id for i in service.recall(query, user_id="u", limit=30).items]
+            deep = [i.id for i in service.deep_search(query, user_id="u", max_results=30).items]
+            assert recalled and deep[: min(10, len(recalled))] == recalled[:10], query
+            assert set(recalled) <= set(deep), query  # nothing recall found is dropped
+    finally:
+        service.close()
+    # below the kept ones: recall's order and deep's own, by reciprocal ranks
+    from mnemoplan.model import MemoryItem
+
+    def items(*ids: str) -> list[MemoryItem]:
+        return [MemoryItem(id=i, kind="message", text=i, occurred_at=datetime(2024, 1, 1, tzinfo=UTC), score=0.0)
+                for i in ids]  # fmt: skip
+
+    merged = start_from_recall(items("a", "b", "c", "d"), items("x", "d", "c", "a"), keep=2, share=1.0)
+    assert [i.id for i in merged] == ["a", "b", "d", "c", "x"]
+
+
 def test_without_an_llm_deep_search_re_scores_token_by_token_what_the_token_index_cannot(
     tmp_path: Path,
 ) -> None:

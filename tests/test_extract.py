@@ -147,3 +147,31 @@ def test_known_names_are_found_whatever_their_case() -> None:
 def test_the_speaker_is_an_entity() -> None:
     mentions = mentions_for("Hey Caroline!", "Melanie")
     assert [(m.key, m.role) for m in mentions] == [("melanie", "speaker"), ("caroline", "mention")]
+
+
+def test_a_line_or_a_sentence_opening_on_a_common_word_gives_no_entity_of_it(tmp_path) -> None:
+    """An agent's notes ("- Speaks Spanish", "Based in San Francisco") and a fact about "my starter"
+    put words that are no names in the entity graph: "Speaks", "Based", "user's starter"."""
+    from mnemoplan.service.browse import MemoryBrowser
+    from mnemoplan.model import MessageIn
+    from tests.conftest import make_service
+
+    notes = ("About the user:\n- Speaks Spanish and some Portuguese\n- Graduated from Stanford in 2015\n"
+             "- Based in San Francisco\n* Loves Ana's cooking\n1. Works at Google")
+    assert {name for _, name in extract_names(notes)} == {"Spanish", "Portuguese", "Stanford", "San Francisco",
+                                                          "Ana", "Google"}
+    assert {name for _, name in extract_names("Speaks Spanish. Based in San Francisco.")} == {"Spanish",
+                                                                                             "San Francisco"}
+    # a name of several words that opens a sentence stays whole
+    assert [name for _, name in extract_names("San Francisco was foggy. New York next.")] == ["San Francisco",
+                                                                                            "New York"]
+    service = make_service(tmp_path / "data")
+    try:
+        for speaker, text in (("assistant", notes), ("user", "My starter was the burrata and the main was risotto."),
+                              ("user", "I met Ana at Google yesterday")):
+            service.remember(messages=[MessageIn(content=text, speaker=speaker)], user_id="u")
+        labels = {n["label"] for n in MemoryBrowser(service.store).graph("u").nodes}
+        assert {"Spanish", "Stanford", "San Francisco", "Google", "Ana"} <= labels
+        assert not labels & {"Speaks", "Speaks Spanish", "Graduated", "Based", "Loves", "Works", "user's starter"}, labels
+    finally:
+        service.close()

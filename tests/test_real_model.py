@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,11 @@ def test_the_bundled_model_finds_a_paraphrase_offline(tmp_path: Path, monkeypatc
             ("Ben", "The quarterly tax forms are due next month"),
             ("Ann", "My brother fixed the leaking roof yesterday"),
         ]
-        service.remember(messages=[MessageIn(content=t, speaker=s) for s, t in said], user_id="u", session_id="s")
+        # said on a Wednesday: "on Saturday" is then a past day, whatever day the test runs (run on a
+        # Saturday, it was today, and the fact read from it matched the query's tokens first)
+        when = datetime(2026, 11, 25, 18, 0, tzinfo=UTC)
+        service.remember(messages=[MessageIn(content=t, speaker=s, occurred_at=when) for s, t in said], user_id="u",
+                         session_id="s")  # fmt: skip
         assert service.embedder.dim == 384
         hits = service.single_index_search("semantic", "new puppy", user_id="u", params={"top_k": 3})
         assert hits[0].text == "I adopted a small dog from the shelter on Saturday"

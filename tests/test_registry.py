@@ -55,6 +55,21 @@ def test_numbers_out_of_range_are_refused_with_the_range(service: MemoryService,
             service.registry.validate(plan(PlanStep(step_id="a", index="bm25", params={"top_k": nonsense})))
 
 
+def test_a_null_parameter_is_refused_not_run(service: MemoryService) -> None:
+    """What the MCP SDK's client sends for NaN or an infinity is null: refused like them, with the
+    default to leave it out for, rather than passed to the index (which failed with a TypeError)."""
+    service.remember(content="tulips came up red", user_id="u")
+    with pytest.raises(InvalidPlan) as err:
+        service.registry.validate(plan(PlanStep(step_id="a", index="semantic", params={"min_similarity": None})))
+    assert "min_similarity" in err.value.message and "null" in err.value.message
+    assert "leave it out" in err.value.hint and "0.15" in err.value.hint
+    caller = QueryPlan(query="tulips", steps=[PlanStep(step_id="a", index="semantic", params={"min_similarity": None})])
+    with pytest.raises(InvalidPlan, match="min_similarity"):
+        service.deep_search("tulips", user_id="u", plan=caller)
+    left_out = QueryPlan(query="tulips", steps=[PlanStep(step_id="a", index="semantic")])
+    assert [i.text for i in service.deep_search("tulips", user_id="u", plan=left_out).items] == ["tulips came up red"]
+
+
 def test_a_plan_has_a_bounded_number_of_steps(service: MemoryService) -> None:
     steps = [PlanStep(step_id=f"s{i}", index="bm25") for i in range(33)]
     with pytest.raises(InvalidPlan, match="at most 32"):

@@ -13,6 +13,21 @@ from pathlib import Path
 MODES = ("recall", "deep", "bm25", "vector")
 
 
+def modes_argument(value: str) -> str:
+    """``--mode``: ``all``, ``abstain``, or modes joined by commas.
+
+    Raises:
+        argparse.ArgumentTypeError: an unknown mode.
+    """
+    if value in ("all", "abstain"):
+        return value
+    unknown = [m for m in value.split(",") if m not in MODES]
+    if unknown or not value:
+        raise argparse.ArgumentTypeError(f"unknown mode {', '.join(unknown) or value!r}: "
+                                         f"use {', '.join(MODES)} (joined by commas), all or abstain")
+    return value
+
+
 def bench_arguments(p: argparse.ArgumentParser) -> None:
     """The bench command's options."""
     src = p.add_argument_group("data (one of)")
@@ -25,8 +40,9 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
                      help="a bundled suite: 'updates' scores facts that change (see bench/suites/updates/README.md)")
     p.add_argument("--split", choices=["dev", "heldout", "all"], default="all",
                    help="with --suite: the conversations to run (default all; figures are given per split)")
-    p.add_argument("--mode", choices=[*MODES, "all", "abstain"], default="recall",
-                   help="what to query (default recall); abstain: each question of its own and of another "
+    p.add_argument("--mode", type=modes_argument, default="recall",
+                   help="what to query: one of recall, deep, bm25, vector, or several joined by commas "
+                   "(recall,deep), or all (default recall); abstain: each question of its own and of another "
                    "conversation, scored by the AUROC of recall's confidence")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="directory for rankings, metrics, report and plots")
     p.add_argument("--data-dir", type=Path, help="memory data directory (default: a fresh temporary one)")

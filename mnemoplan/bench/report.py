@@ -43,6 +43,20 @@ def category_table(modes: dict[str, Any], names: dict[str, str], metric: str = "
     return lines
 
 
+def deep_minus_recall(modes: dict[str, Any], names: dict[str, str]) -> list[str]:
+    """Markdown: deep's R@k less recall's, overall and per category (deep is never to rank below
+    recall); empty unless both were run."""
+    if "recall" not in modes or "deep" not in modes:
+        return []
+    recall, deep = modes["recall"]["quality"], modes["deep"]["quality"]
+    lines = ["| group | n | R@5 | R@10 | R@25 |", "|---|---|---|---|---|"]
+    for g in recall:
+        if g in deep:
+            cells = " | ".join(f"{deep[g][k] - recall[g][k]:+.2f}" for k in ("R@5", "R@10", "R@25"))
+            lines.append(f"| {_label(g, names)} | {recall[g]['n']} | {cells} |")
+    return lines
+
+
 def write_report(out: Path, metrics: dict[str, Any]) -> str:
     """Write report.md and return its text."""
     names = metrics.get("category_names", {})
@@ -66,6 +80,8 @@ def write_report(out: Path, metrics: dict[str, Any]) -> str:
         "",
         *category_table(modes, names, "R@5"),
         "",
+        *(["## deep − recall (points)", "", *deep_minus_recall(modes, names), ""]
+          if deep_minus_recall(modes, names) else []),
         "## Cost",
         "",
         f"- ingest: {metrics['ingest']['messages']} messages in {metrics['ingest']['seconds']:.1f} s = "

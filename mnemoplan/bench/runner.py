@@ -226,7 +226,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         keep = list(dataset.turns)[: args.limit_conversations]
         dataset.turns = {c: dataset.turns[c] for c in keep}
         dataset.questions = [q for q in dataset.questions if q.conv_id in dataset.turns]
-    modes = list(MODES) if args.mode == "all" else [] if args.mode == "abstain" else [args.mode]
+    modes = list(MODES) if args.mode == "all" else [] if args.mode == "abstain" else args.mode.split(",")
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     temporary = args.data_dir is None

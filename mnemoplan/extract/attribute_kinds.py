@@ -46,6 +46,9 @@ ATTRIBUTES: dict[str, Attribute] = {a.key: a for a in (
     Attribute("pet", r"pet|dog|cat|kitten|puppy|hamster|guinea pig|rabbit|parrot|goldfish|bird|tortoise|turtle",
               "{s}'s pet is {v}"),
     Attribute("car", r"car|drive|driving|drove|car-free", "{s} drives {v}"),
+    # a number only when the words say whose and what: "my (new) number", "phone number", "call me on"
+    Attribute("phone_number", r"(?:phone|mobile|cell|cellphone|telephone|whatsapp|contact)[ -]?(?:number|no\.?)|"
+              r"(?<=my )(?:new )?number|(?:reach|call|text|ring) me", "{s}'s phone number is {v}"),
     Attribute("phone", r"phone|smartphone|mobile", "{s}'s phone is {v}"),
     Attribute("laptop", r"laptop|notebook|macbook|computer", "{s}'s laptop is {v}"),
     Attribute("email", r"e-?mail|address|inbox|mailbox", "{s}'s email is {v}"),

@@ -12,7 +12,8 @@ from mnemoplan.extract.attribute_kinds import FAVOURITE_WORD
 
 RELATIONS = (r"brother|sister|friend|best friend|mum|mom|mother|dad|father|son|daughter|kid|kids|child|"
              r"parents?|aunt|uncle|cousin|grandma|grandpa|grandmother|grandfather|neighbou?r|colleague|coworker|"
-             r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro")
+             r"boss|roommate|flatmate|housemate|girlfriend|boyfriend|wife|husband|partner|fianc[ée]e?|sis|bro|"
+             r"mate|best mate|bestie|pal|buddy|classmate|niece|nephew")
 OTHER_SUBJECT = re.compile(rf"\b(?:my|our|her|his|their)\s+(?:\w+\s+)?(?:{RELATIONS})(?:'s)?\b|"
                            r"\b(?:he|she|they)\b(?!'s a )", re.I)
 FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|we|we're|we've|our|us|mine)\b", re.I)
@@ -25,7 +26,36 @@ UNSURE = re.compile(r"\b(?:not sure|i think|i guess|i believe|probably|possibly|
 HEDGE = re.compile(r"\b(?:maybe|might|perhaps|thinking (?:about|of)|considering|consider|wonder\w*|would|"
                    r"if i|if we|someday|some day|one day|plan(?:ning)? to|want to|wanna|hope to|hoping to|dream\w*|"
                    r"not sure|should i|could i|tempted|might|applying|apply|offered|interview\w*|when i'm|when i am|"
-                   r"when i turn|once i'm|once i turn|by the time i)\b", re.I)
+                   r"when i turn|once i'm|once i turn|by the time i|i'd|we'd|in another life|if only)\b", re.I)
+# words by which a statement tells of a change ("my new Kia", "switched to", "now at"), or one message
+# naming two values of an attribute tells which replaced which
+CHANGE = re.compile(r"\b(?:replac\w+|switch\w*|swapp?\w*|trad(?:e|ed|ing)|instead|upgrad\w+|chang\w+|now|new|no longer|"
+                    r"anymore|any more|left|sold|ditched|moved|from|got|bought|since|finally|started|joined|"
+                    r"sorry|oops|i meant|actually|correction)\b", re.I)
+# a change the speaker tells of, in a sentence that names a value only by its kind
+MOVED_ON = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:switched|moved|changed|joined)\b|\b(?:the|my|our)\s+new\b", re.I)
+# A plan that did not happen, or a thing tried and not kept: the sentence states nothing of the speaker
+# ("we were supposed to move to X", "almost bought a Y", "ordered a Z and sent it back")
+UNREALISED = re.compile(r"\b(?:(?:was|were)\s+(?:going|supposed|about|meant|planning|hoping)\s+to|supposed to|almost|"
+                        r"nearly|tried to|test[- ]?dr(?:ove|ive|iving|iven)|turned (?:it |them |that |the \w+ )?down|"
+                        r"sent (?:it |them )?back|returned it|never (?:went|happened|did|started|showed|used)|"
+                        r"fell through|didn't (?:happen|work out|go through)|backed out|free trial|trial (?:at|of|with))\b",
+                        re.I)
+# Words said, not claims held: a quotation after a verb of saying, or one that speaks ("I live in
+# London now!", "is Coldplay your favourite band?"); a quoted title ("Piranesi") stays a value.
+SPOKEN = re.compile(r"[\"“](?P<q>[^\"”]{1,200})[\"”]")
+SAYS = re.compile(r"\b(?:say|says|said|saying|ask|asks|asked|asking|joke[sd]?|joking|text(?:s|ed)?|wrote|writes|goes|"
+                  r"announc\w*|told|tells|yell\w*|shout\w*|repl(?:y|ied|ies)|call(?:s|ed)? me|sings?|sang)\W*$", re.I)
+# the speaker's own taking or use of a thing a name's kind gives away: "bought a Mazda", "I bank with
+# Monzo", "I'm on a Fairphone 5", "we've had HBO Max", "I see Dr. Ivanova", "my internet's with X"
+_DET = r"(?:(?:a|an|the|my|our|new|brand new|second-hand|used|shiny|dr\.?)\s+)*$"
+SPEAKER_HAS = re.compile(r"\b(?:got|bought|switched to|picked up|went with|joined|upgraded to|changed to|started at|"
+                         r"signed up (?:with|at|for)|moved to|gave me|got me|sent me)\s+" + _DET + "|"
+                         r"\b(?:i|we|i'm|im|we're|i've|we've|i am|we are)\s+(?:\w+\s+){0,3}?(?:have|had|use|using|"
+                         r"drive|driving|own|run in|running in|wear|wearing|see|go to|going to|doing|train(?:ing)? at|"
+                         r"bank(?:ing)? with|meant|on|at|with)\s+" + _DET + "|"
+                         r"\b(?:my|our)\s+(?:\w+\s+){0,2}?\w+(?:'s|’s|\s+is|\s+are)\s+(?:now\s+)?(?:with\s+|on\s+|at\s+)?"
+                         + _DET, re.I)
 VISIT = re.compile(r"\b(?:back from|trip|holiday|vacation|visit\w*|travel\w*|workshop|conference|was in|were in|"
                    r"went to|spent (?:the|a|two|three|\w+) (?:whole )?(?:week|weekend|days?|month)|rented|rental|"
                    r"loaner|borrow\w*|in the meantime|for now|temporar\w*|repair shop|for the (?:weekend|week)|"
@@ -83,7 +113,8 @@ OWNER = re.compile(r"\b(?:my|our|new)\s+(?:\w+\s+)?$|\b(?:a|the)\s+(?:\w+\s+)?ne
 # attributes whose value may stand right before the cue, a service's or a thing's name
 NAMED_BEFORE = frozenset({"internet_provider", "bank", "gym", "phone", "laptop", "car", "streaming_service"})
 PLACES = ("home_city", "neighbourhood")  # attributes whose values are places
-UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "languages", "coffee_order"})
+UNNAMED = frozenset({"job_title", "diet", "hair_colour", "commute", "age", "email", "phone_number", "languages",
+                     "coffee_order"})
 QUOTED = re.compile(r"\b(?:i|we)\s+(?:\w+\s+)?(?:say|said|typed|wrote|misread|mix(?:ed)? up|confus\w*|swap\w*)\b|"
                     r"\bautocorrect\w*", re.I)
 GONE = re.compile(r"(?:^|[,;]\s*)(?:(?:and|so|but|ok|well)\s+)?(?:the\s+|my\s+)?[\w'’.+-]+(?:\s+[\w'’.+-]+){0,3}\s+(?:is|are)\s+"
@@ -106,3 +137,19 @@ APPOSED = re.compile(r"\s*,\s*(?:(?:my|our|the|a|an|his|her|their|new|little|old
                      re.I)
 # a name after "with" is company, not a value: "walked the dog with Emma", "lunch with Tom"
 COMPANION = re.compile(r"\bwith\s+(?:the\s+)?$", re.I)
+
+
+def unquoted(text: str) -> str:
+    """The text without the words it quotes someone saying (blanked, so positions hold): "my niece
+    keeps saying "I live in London now!"", "the barista wrote "latte" on my cup". A quoted title
+    ("my favourite book is "Piranesi"") stays."""
+    def blank(m: re.Match[str]) -> str:
+        spoken = (SAYS.search(text[max(0, m.start() - 30):m.start()]) or FIRST_PERSON.search(m.group("q"))
+                  or re.search(r"\byou(?:r|'re)?\b|[?!]\s*$", m.group("q"), re.I))
+        return " " * len(m.group()) if spoken else m.group()
+    return SPOKEN.sub(blank, text)
+
+
+def doctor_named(sentence: str, cues: list[tuple[int, int, str]]) -> bool:
+    """Whether a sentence speaks of a doctor by more than a title ("my GP", "the dentist")."""
+    return any(a == "doctor" and not re.fullmatch(r"dr\.?", sentence[i:j], re.I) for i, j, a in cues)

@@ -9,12 +9,19 @@ import re
 
 from mnemoplan.extract.brands import brand_attribute
 
-__all__ = ["EMAIL_RE", "NAMEISH", "NAME_RE", "NOT_VALUES", "by_value", "clean_value", "names_in", "phrase_after"]
+__all__ = ["EMAIL_RE", "PHONE_RE", "NAMEISH", "NAME_RE", "NOT_VALUES", "by_value", "clean_value", "names_in", "phrase_after"]
 
 NAMEISH = r"(?:[A-ZÀÁÂÄÅÇÉÈÍÑÓÖØÚÜŠŽ][\w'’.\-+&@]*|[a-z]+[A-Z][\w\-]*)"
 _JOIN = r"(?:of|de|di|da|del|do|dos|the|la|le|du|von|van|der|y|in the time of)"
 NAME_RE = re.compile(rf"{NAMEISH}(?:\s+(?:{_JOIN}\s+){{0,2}}{NAMEISH})*")  # "The Remains of the Day"
 EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# a phone number as people write one: 7-15 digits, maybe a +country code, spaces, dots, dashes, brackets
+PHONE_RE = re.compile(r"(?<![\w+])(?:\+|00)?\(?\d(?:[\d ().-]{5,18})\d(?![\w])")
+
+
+def is_phone_number(text: str) -> bool:
+    """Whether ``text`` is a phone number as written (7 to 15 digits)."""
+    return PHONE_RE.fullmatch(text) is not None and 7 <= sum(ch.isdigit() for ch in text) <= 15
 
 # Words that open a sentence or name no value, though capitalised.
 NOT_VALUES = frozenset("""
@@ -66,6 +73,8 @@ def by_value(value: str) -> str:
     """An attribute a value's own words give away ("University of Edinburgh", an email address)."""
     if EMAIL_RE.fullmatch(value):
         return "email"
+    if is_phone_number(value):
+        return "phone_number"
     if re.search(r"\b(?:universi[td]\w*|università|universität|college|school|institute|polytechnic|academy|uni)\b",
                  value, re.I):
         return "university"

@@ -11,7 +11,7 @@ The method is general, not a list of phrasings: a small lexicon maps head nouns 
 attribute keys; a value is the name (a capitalised span), the closed-class word (a diet, a
 hair colour, a way to commute) or the phrase a cue's frame points at ("my favourite X is Y",
 "Y is my X", "my new X, Y", "I'm a Y at Z"). Clauses about someone else ("my brother moved to
-Galway"), hedged ("maybe we'll move"), about a visit ("back from Vienna") or questions state
+Galway"), hedged ("we might move"), about a visit ("home from Kraków") or questions state
 nothing. Only the speaker's own attributes are read: precision matters more than recall.
 """
 
@@ -37,6 +37,7 @@ from mnemoplan.extract.attribute_patterns import (
     ASKS,
     AT_FRAME,
     COPULA,
+    CHANGE,
     COPULA_NOUNS,
     CORRECTION,
     DENIED,
@@ -51,6 +52,7 @@ from mnemoplan.extract.attribute_patterns import (
     IMPLIED_I,
     INSTEAD,
     IN_FRAME,
+    MOVED_ON,
     NAMED_BEFORE,
     NOT_X,
     NO_VALUE,
@@ -66,14 +68,21 @@ from mnemoplan.extract.attribute_patterns import (
     RELATION_CUE,
     SAYING,
     SENTENCE,
+    SPEAKER_HAS,
     SUBJECT_I,
     TAKE_TO_WORK,
     UNNAMED,
+    UNREALISED,
     UNSURE,
     VISIT,
+    doctor_named,
+    unquoted,
 )
+from mnemoplan.extract.brands import brand_attribute
 from mnemoplan.extract.attribute_words import (
     EMAIL_RE,
+    PHONE_RE,
+    is_phone_number,
     NAMEISH,
     NOT_VALUES,
     by_value,
@@ -97,7 +106,8 @@ class AttributeStatement:
     adds: bool = False  # a value beside the others ("I also speak Spanish")
     replaces: str = ""  # the old value the clause names as no longer true ("not Deloitte", "from X to")
     closes: str = ""  # an old value a change names, held or not ("cancelled McFit and joined X", "X instead of Y")
-    loose: bool = False  # a name near a cue, in no frame: only a change of a value held (``ingest.attributes``)
+    loose: bool = False  # a name near a cue, or its kind alone, in no frame of the speaker's: changes nothing
+    mention: bool = False  # "my iPhone 14 screen cracked": the speaker's, not said to be a change (``ingest``)
 
 
 def _cue_positions(sentence: str) -> list[tuple[int, int, str]]:
@@ -191,6 +201,9 @@ def _frames(sentence: str) -> list[AttributeStatement]:
         out.append(AttributeStatement("age", m.group("v") or m.group("w") or m.group("at")))
     for m in EMAIL_RE.finditer(s):
         out.append(AttributeStatement("email", m.group()))
+    if re.search(rf"\b(?:{ATTRIBUTES['phone_number'].cues})\b", s, re.I):  # not an order or a flight number
+        out.extend(AttributeStatement("phone_number", m.group().strip()) for m in PHONE_RE.finditer(s)
+                   if is_phone_number(m.group().strip()))
     return out
 
 
@@ -198,7 +211,7 @@ def attribute_statements(text: str) -> list[AttributeStatement]:
     """What a message says of its speaker's attributes, in order (the speaker speaks in the first person)."""
     out: list[AttributeStatement] = []
     previous = ""
-    for sentence in SENTENCE.split(text[:4000]):
+    for sentence in SENTENCE.split(unquoted(text[:4000])):
         sentence = sentence.strip()
         if sentence.rstrip(" )\"'").endswith("?") and not re.search(r"[.!]", sentence):
             # a question states nothing, but a clause before it may: "my Skoda needs new tyres, what size?"
@@ -253,7 +266,7 @@ def _corrected(sentence: str, m: re.Match[str], previous: str) -> str:
 
 
 def _said_for_sure(sentence: str, st: AttributeStatement, doubt_at: int, hedge_at: int) -> bool:
-    """A value said after a hedge or a visit ("maybe we'll move to X", "back from Vienna") is not
+    """A value said after a hedge or a visit ("we might move to X", "home from Kraków") is not
     the speaker's; an ending after a hedge neither. What comes before them stands ("my girlfriend
     Sofie and I want to ...")."""
     if not st.value:
@@ -305,14 +318,17 @@ def _loose(sentence: str, cues: list[tuple[int, int, str]], names: list[tuple[in
         if beside:
             said.add(attr)
             taken.add(beside[-1].lower())
-            out.append(AttributeStatement(attr, beside[-1], loose=True))
+            # "Frida, our new kitten": the speaker's, said to be new, but not that it replaces one held
+            # (a mention: it stands beside the held value, ``ingest.attributes``); else loose, changing nothing
+            ours = re.search(r"\b(?:my|our)\s+(?:\w+\s+)?new\b", sentence[max(0, c_start - 20):c_start], re.I)
+            out.append(AttributeStatement(attr, beside[-1], loose=not ours, mention=bool(ours)))
     return out
 
 
 def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement]:
     hedge_at = min((m.start() for m in HEDGE.finditer(sentence)), default=len(sentence))
     visit_at = min((m.start() for m in VISIT.finditer(sentence)), default=len(sentence))
-    hedged = hedge_at == 0 or bool(UNSURE.search(sentence))
+    hedged = hedge_at == 0 or bool(UNSURE.search(sentence)) or bool(UNREALISED.search(sentence))
     # "back from Naples, I drank espresso every day": a sentence that opens on a visit tells of the
     # visit, unless it says something changed ("since the trip to Peru, ceviche has become ...")
     hedged = hedged or (visit_at <= 3 and not re.search(r"\b(?:become|became|now|switched|ever since)\b", sentence, re.I))
@@ -355,23 +371,38 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             elif _other_subject(sentence, c_start):
                 continue
             taken.add(value.lower())
+            # "Dr. Seuss was my favourite": a title alone says no doctor of the speaker's
+            titled = attr == "doctor" and re.fullmatch(r"dr\.?", sentence[c_start:c_end], re.I) is not None
             attr = by_value(value) or attr
-            out.append(AttributeStatement(attr, value, adds=adds))
+            out.append(AttributeStatement(attr, value, adds=adds, loose=titled and not doctor_named(sentence, cues)))
         for pos, value in names:
             owned = OWNED.search(sentence[max(0, pos - 30):pos])
             if value.lower() in taken or (_other_subject(sentence, pos) and not owned):
                 continue
             attr = by_value(value)
             lead = sentence[max(0, pos - 40):pos]
+            # a name its kind gives away is the speaker's when the words say so ("my Kia", "bought a
+            # Mazda", "I bank with Monzo"); else it is named in passing ("the BMW next door keeps
+            # parking across my driveway"): a loose reading, which changes nothing (``ingest.attributes``)
+            # a name that says its own kind ("Universidade de São Paulo", "John Reed Fitness") is no
+            # brand named in passing: the speaker's in a sentence of theirs
+            loose = not (owned or SPEAKER_HAS.search(lead) or AT_FRAME.search(lead) or IN_FRAME.search(lead)
+                         or (attr and not brand_attribute(value)))
             if not attr and re.search(r"\bDr\.?\s*$", lead, re.I):
-                attr = "doctor"  # "Dr. Moreau did my cleaning"
+                attr = "doctor"  # "Dr. Moreau did my cleaning"; "Dr. Seuss was my favourite" is no doctor
+                loose = loose and not doctor_named(sentence, cues)
             if not attr and IN_FRAME.search(lead):
-                attr = "home_city"
+                attr, loose = "home_city", False
             if not attr and AT_FRAME.search(lead):
-                attr = "?"  # "now I'm at Mercari": the attribute of the value it follows (``ingest.attributes``)
+                attr, loose = "?", False  # "now I'm at Mercari": the attribute of the value it follows (``ingest.attributes``)
             if attr:
                 taken.add(value.lower())
-                out.append(AttributeStatement(attr, value, adds=adds))
+                mention = bool(owned) and not loose and not CHANGE.search(sentence)
+                if loose and MOVED_ON.search(sentence):
+                    # "the advisor at Nordea, the bank I moved everything to": the speaker's, by a change
+                    # the sentence tells of; beside the held value, which may have changed
+                    loose, mention = False, True
+                out.append(AttributeStatement(attr, value, adds=adds, loose=loose, mention=mention))
         if not FUTURE.search(sentence):
             out.extend(_loose(sentence, cues, names, {st.attribute for st in out} | {"?"}, taken))
     if first or corrections:
@@ -438,36 +469,3 @@ def _read_sentence(sentence: str, previous: str = "") -> list[AttributeStatement
             out = [st for st in out if st.value.lower() not in (old.lower(), new.lower())]
             out.append(AttributeStatement(by_value(new), new, replaces=old))
     return out
-
-
-
-
-
-def names_another_value(text: str, attribute: str, held: str) -> bool:
-    """Whether a person's message says that an attribute now has a value other than ``held``,
-    whatever its phrasing: a plain sentence of theirs (no question, hedge, plan, visit, doubt or
-    other person's clause, and not naming ``held``) names a value whose own words say it is of
-    the attribute: a word of its closed class ("platinum blonde") or a name of its kind ("a Kia
-    EV6", "Monzo"). Recall uses it for the messages an answer returns (``planner.slots``): a
-    reason to show a message first, or the held value as outdated for that answer; never to
-    close a stored value."""
-    spec = ATTRIBUTES.get(attribute)
-    if spec is None or spec.multi or not held or mentions(text, held):
-        return False
-    for sentence in SENTENCE.split(text[:4000]):
-        sentence = sentence.strip()
-        if (not sentence or sentence.rstrip(" )\"'").endswith("?") or QUESTION_WORD.match(sentence)
-                or any(p.search(sentence) for p in (HEDGE, UNSURE, FUTURE, VISIT, OTHER_FAVOURITE))):
-            continue
-        if any(attr == attribute and not _other_subject(sentence, at) for at, attr, _ in _closed_values(sentence)):
-            return True
-        if attribute in UNNAMED:
-            continue
-        for pos, value in names_in(sentence):
-            # only a name whose own words say it is of the attribute ("a Kia EV6", "Monzo"): any other
-            # name near a cue may be company, a place or a thing ("walked the dog with Emma", "my
-            # dog chewed my Nike shoes"), and a wrong lead outdates a true value
-            if (value.lower() not in NOT_VALUES and _kind(value) == attribute and not _other_subject(sentence, pos)
-                    and not COMPANION.search(sentence[max(0, pos - 12):pos])):
-                return True
-    return False

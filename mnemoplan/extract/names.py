@@ -6,6 +6,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from mnemoplan.extract.lexicon import ADVERBS, BE, COMMON_VERBS, DO, HAVE, MODALS, PARTICIPLE, PAST, PRESENT
 from mnemoplan.model import EntityMention
 
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
@@ -28,7 +29,12 @@ _NOT_NAMES = frozenset(
 )
 _WORD = r"[A-Z][\w'’\-]*"
 _CAP_SEQ = re.compile(rf"\b{_WORD}(?:\s+(?:of|de|da|del|van|von|la|le|the)?\s*{_WORD})*")
-_SENTENCE_START = re.compile(r"(^|[.!?]\s+|\n\s*|[\"“(]\s*)$")
+# a sentence, a line, or an item of a list ("- Speaks Spanish", "2) Based in Lima") opens here
+_SENTENCE_START = re.compile(r"(^|[.!?]\s+|\n\s*(?:(?:[-*•·–]|\d{1,2}[.)])\s+)?|[\"“(]\s*)$")
+# Words that open a sentence or an agent's note as a verb or an adverb ("Speaks Spanish", "Loves Ana's
+# cooking", "Currently at Google"): capitalised only because they come first.
+_OPENING_WORDS = frozenset(PRESENT) | frozenset(PAST) | frozenset(PARTICIPLE) | BE.keys() | HAVE.keys() | DO.keys() \
+    | MODALS | ADVERBS | COMMON_VERBS | frozenset({"based", "born", "raised", "located", "previously", "formerly"})
 
 
 def is_name_word(word: str) -> bool:
@@ -78,6 +84,14 @@ def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]
             continue
         at_start = bool(_SENTENCE_START.search(text[: match.start()]))
         bare = re.sub(r"['’]s$", "", match.group(0))
+        first, _, rest = name.partition(" ")
+        if at_start and rest and name.startswith(bare.split()[0]) and first.lower() in _OPENING_WORDS \
+                and entity_key(first) not in known_keys:
+            name, bare = _clean(rest), _clean(rest)  # "Speaks Spanish": the name is what follows the verb
+            key = entity_key(name)
+            at_start = False
+            if not key or key in _NOT_NAMES or len(name) < 2:
+                continue
         if at_start and name == bare and " " not in name and key not in known_keys:
             continue
         found.setdefault(key, name)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from mnemoplan.extract.attribute_patterns import CHANGE
 from mnemoplan.extract.attributes import (
     ATTRIBUTES,
     FAVOURITE_OF_SOME_KIND,
@@ -104,10 +105,11 @@ def records_of(message: Record) -> list[Record]:
     a fact of anyone (``stated_record``)."""
     if not message.requests:
         return []
-    statements = attribute_statements(message.text)
-    valued = {st.attribute for st in statements if st.value and st.attribute and not st.loose}
-    # a loose reading stands only where the message reads nothing else of the attribute
-    statements = [st for st in statements if not (st.loose and st.attribute in valued)]
+    # Precision first: a loose reading (a name beside a cue, or one its kind gives away, in no frame
+    # of the speaker's) neither states a value nor changes one; an answer that finds a newer message
+    # naming another value says the held one may have changed (``planner.slots``)
+    statements = [st for st in attribute_statements(message.text) if not st.loose]
+    valued = {st.attribute for st in statements if st.value and st.attribute}
     endings, values, seen = [], [], set()
     first_of: dict[str, Record] = {}
     for st in statements:
@@ -118,6 +120,10 @@ def records_of(message: Record) -> list[Record]:
             seen.add(st.attribute)  # one value of an attribute per message, unless it adds
             values.append(_record(message, st))
             first_of.setdefault(st.attribute, values[-1])
+        elif st.value and st.attribute in first_of and not CHANGE.search(message.text):
+            # "my work phone is a Pixel 7 and my own is an iPhone 14": said together, both hold
+            first_of[st.attribute].metadata["adds"] = True
+            values.append(_record(message, AttributeStatement(st.attribute, st.value, adds=True)))
         elif st.value and st.attribute in first_of:
             # "I replaced the ThinkPad with a MacBook Air": two values of one attribute; which is
             # new is known only against what the person holds (``decide``)
@@ -139,6 +145,8 @@ def _record(message: Record, st: AttributeStatement) -> Record:
         rec.metadata["_closes"] = st.closes
     if st.loose:
         rec.metadata["loose"] = True
+    if st.mention:
+        rec.metadata["_mention"] = True
     return rec
 
 
@@ -260,6 +268,11 @@ def decide(fact: Record, known: list[KnownFact]) -> Decision:
     if meta.get("loose") and not held:
         return Decision(store=False)  # a loose reading changes a value, it never states the first one
     spec = ATTRIBUTES.get(attribute)
+    if meta.pop("_mention", False) and held:
+        # "my iPhone 14 screen cracked" while a Pixel 7 is held: not said to be a change, so both
+        # hold (precision first: a value is closed only on a statement of its change)
+        meta["adds"] = True
+        meta["possibly_changes"] = [f.object for f in held if not _same(f.object, value)][:3]
     if (spec is not None and spec.multi) or meta.get("adds"):
         held = [f for f in held if closes and _same(f.object, closes)]  # "Arabic instead of Spanish"
     ended = [f.object for f in held]

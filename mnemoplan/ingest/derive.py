@@ -8,6 +8,7 @@ source turns.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,7 @@ import numpy as np
 
 from mnemoplan.extract.facts import SLOTS, FactCandidate
 from mnemoplan.extract.lexicon import conjugate
+from mnemoplan.extract.names import entity_key, is_person_noun
 from mnemoplan.extract.summary import EpisodeSummary
 from mnemoplan.model import EntityMention, Record
 from mnemoplan.storage.ledger import SUMMARIZER, KnownFact, is_hedged
@@ -29,10 +31,29 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
 
 
+def subject_key(fact: Record) -> str:
+    """The key a fact is decided and filed under, as the ledger files it: its subject as said, else
+    its subject's mention (the graph's entity may be the owner: ``subject_entity``)."""
+    said = entity_key(str(fact.metadata.get("subject", "")))
+    return said or next((m.key for m in fact.entities if m.role == "subject"), "")
+
+
+def subject_entity(subject: str, key: str) -> EntityMention | None:
+    """The entity a fact is about: its subject, or for "user's starter" and "Caroline's painting"
+    the owner (a thing one has is no entity of its own; "Melanie's sister" is a person, and stays)."""
+    owned = re.fullmatch(r"(?P<owner>.+?)['’]s\s+(?P<thing>.+)", subject)
+    thing = owned.group("thing").split() if owned else []
+    if owned and not any(is_person_noun(w) or w[:1].isupper() for w in thing):  # "user's friend Eva" stays
+        owner = owned.group("owner")
+        return EntityMention(key=entity_key(owner), name=owner, role="subject") if entity_key(owner) else None
+    return EntityMention(key=key, name=subject, role="subject") if key else None
+
+
 def fact_record(message: Record, fact: FactCandidate, *, extractor: str = "rules") -> Record:
     """A fact record derived from one message."""
-    entities = [EntityMention(key=fact.subject_key, name=fact.subject, role="subject")] if fact.subject_key else []
-    if fact.object_key and fact.object_key != fact.subject_key:
+    subject = subject_entity(fact.subject, fact.subject_key)
+    entities = [subject] if subject is not None else []
+    if fact.object_key and fact.object_key not in (fact.subject_key, subject.key if subject else ""):
         entities.append(EntityMention(key=fact.object_key, name=fact.object, role="object"))
     start, end = fact.when if fact.when else (None, None)
     return Record(

@@ -20,7 +20,7 @@ from mnemoplan.extract.names import mentions_for
 from mnemoplan.extract.summary import SentenceCache
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.ingest import attributes
-from mnemoplan.ingest.derive import decide, fact_record, passage_records
+from mnemoplan.ingest.derive import decide, fact_record, passage_records, subject_key
 from mnemoplan.ingest.episodes import episode_vector, episodes_due
 from mnemoplan.inference.embedder import TokenVectors
 from mnemoplan.ingest.embedding import Progress, RecordEmbedder
@@ -240,7 +240,7 @@ class Ingestor:
         jobs = self._mentions[user_id] = []
         for i, fact in enumerate(facts):
             if attributes.is_attribute_fact(fact):
-                subject = next((m.key for m in fact.entities if m.role == "subject"), "")
+                subject = subject_key(fact)
                 verdict = attributes.decide(fact, ledger.current_facts(subject))
                 if verdict.store:
                     ledger.add_fact(fact.id, fact.metadata, vectors[i], 1, fact)
@@ -257,7 +257,7 @@ class Ingestor:
             if fact.content_hash in ledger.by_hash:
                 reinforce.append(ledger.by_hash[fact.content_hash])
                 continue
-            subject = next((m.key for m in fact.entities if m.role == "subject"), "")
+            subject = subject_key(fact)
             decision = decide(fact, vectors[i], ledger.current_facts(subject), self.config.fact_similarity)
             if not decision.store:
                 reinforce.append(decision.reinforce)

@@ -45,7 +45,7 @@ from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.llm.protocols import Evaluator, Expander, Planner, Replanner
 from mnemoplan.planner.plan_cache import PlanCache
-from mnemoplan.planner.recall import RecallConfig, RecallPipeline, Scope
+from mnemoplan.planner.recall import RecallConfig, RecallPipeline, Scope, keyword_only
 from mnemoplan.planner.rerank.base import Reranker, SkippableReranker
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,9 @@ class DeepConfig:
             plan adds what the first one missed without reshuffling what it found: at full
             weight, rules-only later rounds cost R@10 on LoCoMo, less the lower the weight,
             while R@25 rose above recall's (bench/README.md).
+        entity_hops: Hops of the entity graph step (recall's takes one).
+        keep_recall: How many of recall's first items deep keeps in place (``start_from_recall``).
+        found_share: Weight of deep's own rank beside recall's below them (reciprocal ranks).
     """
 
     max_rounds: int = 3
@@ -90,6 +93,9 @@ class DeepConfig:
     rerank_deadline_s: float = 8.0
     round_decay: float = 0.2
     deadline_s: float = 15.0
+    entity_hops: int = 2
+    keep_recall: int = 10
+    found_share: float = 1.0
 
 
 def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config: DeepConfig) -> QueryPlan:
@@ -100,7 +106,7 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
         if "top_k" in params and step.index in ("bm25", "semantic"):
             params["top_k"] = widened(params["top_k"], config.widen)
         if step.index == "entity_graph" and "entity_type" not in params:
-            params["hops"] = 2  # thoroughness over recall's milliseconds
+            params["hops"] = config.entity_hops  # thoroughness over recall's milliseconds
         if step.index == "token_match":  # every user, one too large to hold in memory read from the log
             params.update(scan_log=True, max_memories=0)
         weight = config.weights.get(step.index, step.weight)
@@ -112,6 +118,44 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
         steps.append(PlanStep(step_id="hier", index="hierarchical", weight=0.3,
                               rationale="answers spread over sessions"))  # fmt: skip
     return base.model_copy(update={"name": "deep", "steps": steps, "max_results": max_results})
+
+
+RRF_K = 5  # reciprocal ranks 1/(k + rank): a small k leans on the first places
+
+
+def _message_key(item: MemoryItem) -> str:
+    """A message and its passages are one answer (as ``recall.once_per_message`` shows them)."""
+    return item.derived_from[0] if item.kind == "passage" and item.derived_from else item.id
+
+
+def start_from_recall(recall: list[MemoryItem], found: list[MemoryItem], keep: int, share: float) -> list[MemoryItem]:
+    """Deep's answer, starting from recall's: recall's first items in place, as many as show
+    ``keep`` messages (a fact or a summary counts as the messages it came from), then
+    recall's other items and what deep's own steps found, by reciprocal ranks (deep's at
+    ``share`` of recall's). Without evidence of its own (a judge, a reranker) deep does not
+    reorder what recall put first: on agent conversations its own fusion ranked below recall's
+    (bench/README.md); what it adds is what recall did not find."""
+    out: list[MemoryItem] = []
+    shown: set[str] = set()  # the messages recall's first items show: a fact counts as its sources
+    for item in recall:
+        if len(shown) >= keep:
+            break
+        out.append(item)
+        shown.update(item.derived_from if item.kind != "passage" and item.derived_from else [_message_key(item)])
+    taken = {_message_key(i) for i in out}
+    score: dict[str, float] = {}
+    by_key: dict[str, MemoryItem] = {}
+    for weight, items in ((1.0, recall), (share, found)):
+        seen: set[str] = set()
+        for item in items:
+            key = _message_key(item)
+            if key in seen:
+                continue
+            seen.add(key)  # ranks are places in each list, the kept ones counted
+            if key not in taken:
+                score[key] = score.get(key, 0.0) + weight / (RRF_K + len(seen))
+                by_key.setdefault(key, item)  # recall's item first: its marks are the answer's
+    return out + [by_key[k] for k in sorted(score, key=lambda k: -score[k])]
 
 
 def _round_results(results: list[StepResult], round_no: int, decay: float = 1.0) -> list[StepResult]:
@@ -310,6 +354,7 @@ class DeepSearch:
             if plan_fingerprint(first) in run.llm_plans:  # still the LLM's plan, with the expansion steps
                 run.llm_plans.add(plan_fingerprint(plan))
         run.time("plan", t0)
+        base = None if caller else self._recall_first(analysis, scope, max_results, now, run)
         config = self._config()
         tried: set[str] = set()
         items: list[MemoryItem] = []
@@ -356,11 +401,27 @@ class DeepSearch:
         # depend on the queries before it, and cost R@10 on LoCoMo (bench/README.md).
         if evaluation is not None and evaluation.sufficient and plan_fingerprint(run.plans[-1]) in run.llm_plans:
             self._remember_plan(analysis, run.plans[-1])
+        if base is not None:
+            items = start_from_recall(base, items, self.config.keep_recall, self.config.found_share)
         items = self._rerank(query, scope.user_id, items, run)[:max_results]
         items, nothing = self.recall.judge(query, analysis, items, scope.user_id)
         context = no_match_context(items) if nothing else format_context(items, self.recall.config.token_budget)
         return self._result(query, scope, items, evaluation, run, started).model_copy(
             update={"context": context, "no_match": nothing})
+
+    def _recall_first(self, analysis: QueryAnalysis, scope: Scope, max_results: int, now: datetime,
+                      run: _Run) -> list[MemoryItem]:  # fmt: skip
+        """What recall finds for the query, in recall's order: where deep starts (``start_from_recall``)."""
+        t0 = time.perf_counter()
+        plan = self.recall.plan(analysis, max(max_results, 30))
+        if self.recall.model_ready is not None and not self.recall.model_ready():
+            plan = keyword_only(plan)
+        results = self.recall.execute(plan, scope, analysis)
+        items, _ = self.recall.rank(results, plan, scope, max(max_results, 30), self.recall.config, now)
+        run.warnings.extend(f"recall's step {r.step.step_id} ({r.step.index}) failed: {r.error}"
+                            for r in results if r.error)  # fmt: skip
+        run.time("recall", t0)
+        return items
 
     def _rerank(self, query: str, user_id: str, items: list[MemoryItem], run: _Run) -> list[MemoryItem]:
         reranker = self.llm.reranker

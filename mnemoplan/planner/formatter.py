@@ -38,8 +38,11 @@ def _clip(line: str, tokens: int) -> str:
 
 def outdated(item: MemoryItem) -> str:
     """" (outdated)" once a newer fact replaced an item, so that a prompt holding both the old
-    and the new value can tell them apart; "" otherwise."""
-    return "" if item.current else " (outdated)"
+    and the new value can tell them apart; " (may have changed)" when only an answer doubts it
+    (``planner.slots``); "" otherwise."""
+    if not item.current:
+        return " (outdated)"
+    return " (may have changed)" if "possibly_changed" in item.metadata else ""
 
 
 def _line(item: MemoryItem) -> str:

@@ -1,5 +1,5 @@
 """A question about one of the asker's attributes ("Where do I work?", "Where did I live
-before?"): its answer first, and what the answer holds against it marked outdated.
+before?"): its answer first, and what the answer holds against it marked as possibly changed.
 
 The attribute facts are read by ``extract.attributes`` and decided by ``ingest.attributes``;
 here recall puts the asked attribute's current fact (or, asked about the past, its superseded
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from mnemoplan.extract.attributes import asked_attribute, mentions, names_another_value
+from mnemoplan.extract.attribute_doubts import names_another_value
+from mnemoplan.extract.attributes import asked_attribute, mentions
 from mnemoplan.model import MemoryItem, Record
 from mnemoplan.model.records import REQUESTING_ROLES, requests
 from mnemoplan.model.scope import RecordFilter
@@ -35,14 +36,15 @@ class Reads(Protocol):
 @dataclass
 class HeldValue:
     """For one answer to a question about the asker's now: the value the attribute's newest fact
-    holds, and which of the returned items say otherwise (``mark``). Nothing stored changes: the
-    store closes a value only on a statement it reads.
+    holds, and which of the returned items it may no longer hold for (``mark``: they stay current,
+    with ``metadata.possibly_changed``). Nothing stored changes: the store closes a value only on a
+    statement it reads as a change.
 
     - ``newer``, a message of the asker's newer than the fact that names another value
-      (``_said_since``): what names the held value and is older than it is outdated by it;
+      (``_said_since``): what names the held value and is older than it may have changed;
     - otherwise an older message of the asker's naming another value of the attribute
       (``names_another_value``: "the tram was packed again" before the fact "commute: cycle",
-      whose old value was said where no rule read it) is outdated by the fact.
+      whose old value was said where no rule read it) may have changed, by the fact.
     """
 
     attribute: str
@@ -59,18 +61,18 @@ class HeldValue:
             if self.newer is not None:
                 newer, at = self.newer
                 if item.id != newer.id and item.occurred_at < at and mentions(item.text, self.held):
-                    _outdate(item, newer.id, at)
+                    _possibly_changed(item, newer.id, at)
             elif (self.alone and requests(item.kind, item.speaker)
                   and item.occurred_at < self.fact_at and names_another_value(item.text, self.attribute, self.held)):
-                _outdate(item, self.fact_id, self.fact_at)
+                _possibly_changed(item, self.fact_id, self.fact_at)
         return items
 
 
-def _outdate(item: MemoryItem, by: str, at: datetime) -> None:
-    item.current = False
-    item.metadata["outdated_by"] = by
-    if item.metadata.get("valid_to", "") is None:
-        item.metadata["valid_to"] = at.isoformat()
+def _possibly_changed(item: MemoryItem, by: str, at: datetime) -> None:
+    """Precision first: what only this answer reads against a value stays current, and says it may
+    have changed (by which record, said when), so that the agent can ask; only a statement the store
+    reads as a change closes a value (``ingest.attributes``)."""
+    item.metadata["possibly_changed"] = {"by": by, "at": at.isoformat()}
 
 
 SLOT_MOST = 3  # facts put first for a question about an attribute (a multi-valued one has several)
@@ -86,7 +88,7 @@ def slot_first(
     for a question about the past ("Where did I live before?") the superseded values, newest
     first. Facts about a requesting speaker (a user, who asks) only. A newer message of the
     asker's that names another value goes before the fact; what the answer holds against the
-    fact's value is returned as outdated (``HeldValue``)."""
+    fact's value is returned as possibly changed (``HeldValue``)."""
     attribute, past = asked_attribute(query)
     select = getattr(records, "select", None)
     if not attribute or not order or select is None:
@@ -95,6 +97,7 @@ def slot_first(
                   ["id", "metadata", "occurred_at", "seq", "superseded_by"])
     slots: dict[str, list[tuple[Any, int, str]]] = {}  # (said at, written, id): the newest first
     values: dict[str, str] = {}
+    metas: dict[str, dict[str, Any]] = {}
     for row in rows:
         meta = json.loads(row["metadata"] or "{}") if isinstance(row["metadata"], str) else (row["metadata"] or {})
         if str(meta.get("subject", "")).lower() not in REQUESTING_ROLES:
@@ -103,6 +106,7 @@ def slot_first(
             continue
         slots.setdefault(str(meta.get("attribute")), []).append((row["occurred_at"], row["seq"], row["id"]))
         values[row["id"]] = str(meta.get("value") or "")
+        metas[row["id"]] = meta
     # "Which neighbourhood do I live in?" when only the place one lives in was said
     slot = slots.get(attribute) or slots.get(BROADER.get(attribute, ""), [])
     if not slot:
@@ -118,6 +122,10 @@ def slot_first(
         cand.score = raised
         first.append(cand)
     held = None
+    doubted = [str(v) for v in metas.get(slot[0][2], {}).get("possibly_changes", [])] if not past else []
+    if doubted:  # the newest value was said beside the held ones, not as a change of them: both stay
+        return first + [c for c in order if c.id not in {f.id for f in first}], HeldValue(
+            attribute, doubted[0], "", slot[0][0], alone=False, newer=(first[0], slot[0][0]))
     if not past and attribute in slots and values[slot[0][2]]:
         held = HeldValue(attribute, values[slot[0][2]], slot[0][2], slot[0][0], alone=len(slot) == 1)
         newer = _said_since(records, order[:NEWER_LOOK], user_id, attribute, held.fact_at, held.held)

@@ -40,8 +40,10 @@ def _coerce(spec: ParamSpec, value: Any, where: str) -> Any:
             hint=f"{spec.name}: {spec.description}",
         )
 
-    if value is None:
-        return None
+    if value is None:  # what the MCP SDK's client sends for NaN or an infinity, refused as they are
+        default = "" if spec.default is None else f" ({spec.default})"
+        raise InvalidPlan(f"{where}: parameter {spec.name!r} is null.",
+                          hint=f"Give a {spec.type}, or leave it out for its default{default}.")  # fmt: skip
     if spec.type == "string":
         if not isinstance(value, str):
             raise fail()

@@ -46,7 +46,7 @@ def _one_line(text: str, chars: int) -> str:
 def item_line(item: MemoryItem, chars: int = LINE_CHARS) -> str:
     """``- <id> 2024-05-08 conf 0.83: Ola: I live in Lyon``."""
     who = f"{item.speaker}: " if item.speaker else ""
-    old = " (outdated)" if not item.current else ""
+    old = " (outdated)" if not item.current else " (may have changed)" if "possibly_changed" in item.metadata else ""
     return (f"- {item.id} {item.occurred_at.date().isoformat()} conf {item.confidence:.2f}{old}: "
             f"{_one_line(who + item.text, chars)}")  # fmt: skip
 
