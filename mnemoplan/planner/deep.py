@@ -24,6 +24,7 @@ from typing import Any
 
 from mnemoplan.errors import InvalidPlan, LLMError
 from mnemoplan.inference.llm import LLMUsage
+from mnemoplan.inference.llm_calls import llm_scope
 from mnemoplan.search.base import widened
 from mnemoplan.model import (
     DeepSearchResult,
@@ -75,6 +76,8 @@ class DeepConfig:
         candidate_pool: Fused candidates ranked.
         rerank_deadline_s: Time the reranker may take before the original order is kept.
         deadline_s: Time the whole search may take, LLM calls included (see the module's doc).
+        max_llm_calls: LLM requests one search may send (retries and repairs count); past it each
+            LLM step takes its rules' path with a warning. 0: no cap.
         round_decay: Weight of each round's signals relative to the round before. A revised
             plan adds what the first one missed without reshuffling what it found: at full
             weight, rules-only later rounds cost R@10 on LoCoMo, less the lower the weight,
@@ -90,6 +93,7 @@ class DeepConfig:
     rerank_deadline_s: float = 8.0
     round_decay: float = 0.2
     deadline_s: float = 15.0
+    max_llm_calls: int = 0
 
 
 def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config: DeepConfig) -> QueryPlan:
@@ -291,7 +295,21 @@ class DeepSearch:
         plan: QueryPlan | None = None,
         reference_time: datetime | None = None,
     ) -> DeepSearchResult:
-        """Search until the evaluator is satisfied or the rounds run out; a caller plan runs once, exactly."""
+        """Search until the evaluator is satisfied or the rounds run out; a caller plan runs once, exactly.
+
+        Every LLM request it makes counts against one ``llm_scope`` (``max_llm_calls``)."""
+        with llm_scope("deep_memory_search", self.config.max_llm_calls, "MNEMOPLAN_LLM_MAX_CALLS_PER_SEARCH"):
+            return self._run(query, scope, max_results=max_results, plan=plan, reference_time=reference_time)
+
+    def _run(
+        self,
+        query: str,
+        scope: Scope,
+        *,
+        max_results: int,
+        plan: QueryPlan | None = None,
+        reference_time: datetime | None = None,
+    ) -> DeepSearchResult:
         started = time.perf_counter()
         run = _Run(deadline=time.monotonic() + self.config.deadline_s, budget_s=self.config.deadline_s)
         now = reference_time or datetime.now(UTC)

@@ -253,7 +253,7 @@ class MemoryService:
                 self.deferred.wait(user)
                 self.extraction.note(user, session, [], flush=True)
             return RememberResult(user_id=user, session_id=session, ids=ids, stored=len(ids) - duplicates,
-                                  duplicates=duplicates, derived=0, warnings=[])  # fmt: skip
+                                  duplicates=duplicates, derived=0, warnings=self._llm_notices(user))  # fmt: skip
         if self.deferred is not None:
             self.deferred.wait(user)  # in order after the user's accepted calls
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
@@ -267,8 +267,12 @@ class MemoryService:
             stored=len(result.ids) - result.duplicates,
             duplicates=result.duplicates,
             derived=result.derived,
-            warnings=result.warnings,
+            warnings=[*result.warnings, *self._llm_notices(user)],
         )
+
+    def _llm_notices(self, user: str) -> list[str]:
+        """How the user's LLM extraction degraded since their last remember, each told once."""
+        return self.extraction.take_notices(user) if self.extraction is not None else []
 
     @storage_errors("recall")
     def recall(
