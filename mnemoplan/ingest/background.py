@@ -219,10 +219,11 @@ class BackgroundExtraction:
         self._timers.append(timer)
         timer.start()
 
-    def retry_now(self) -> None:
-        """Retry every pending batch at once (tests, and the CLI)."""
+    def retry_now(self, user_id: str | None = None) -> None:
+        """Retry every pending batch (of one user) at once (tests, the bench)."""
         for key in list(self.pending):
-            self._submit(key)
+            if user_id is None or key.split(_SEP)[0] == user_id:
+                self._submit(key)
 
     def drain(self) -> None:
         """Wait for queued extractions to finish."""
