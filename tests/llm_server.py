@@ -67,8 +67,8 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, owner: LoopbackMessagesServer) -> None:
-        super().__init__(("127.0.0.1", 0), _MessagesHandler)
+    def __init__(self, owner: LoopbackMessagesServer, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _MessagesHandler)
         self.owner = owner
 
 
@@ -202,8 +202,8 @@ class LoopbackMessagesServer:
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> LoopbackMessagesServer:
-        """Bind a free port and start serving.
+    def start(self, port: int = 0) -> LoopbackMessagesServer:
+        """Bind ``port`` (a free one by default) on 127.0.0.1 and start serving.
 
         Returns:
             The server itself, for chaining.
@@ -214,7 +214,7 @@ class LoopbackMessagesServer:
         if self._httpd is not None:
             raise RuntimeError("server already started")
         self._stopping.clear()
-        self._httpd = _HTTPServer(self)
+        self._httpd = _HTTPServer(self, port)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
             name="llm-loopback-server",

@@ -108,6 +108,7 @@ class BackgroundExtraction:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-extract")
         self._timers: list[threading.Timer] = []
+        self._queued: set[str] = set()
         self._closed = False
         state = json.loads(state_path.read_text()) if state_path.exists() else {}
         self.pending: dict[str, list[str]] = state.get("pending", {})
@@ -142,11 +143,15 @@ class BackgroundExtraction:
             self._save()
 
     def _submit(self, key: str) -> None:
-        if not self._closed:
-            self._pool.submit(self._run, key)
+        with self._lock:  # one queued run per batch: it reads the batch as it is when it starts
+            if self._closed or key in self._queued:
+                return
+            self._queued.add(key)
+        self._pool.submit(self._run, key)
 
     def _run(self, key: str) -> None:
         with self._lock:
+            self._queued.discard(key)
             batch = list(self.pending.get(key, []))
         if not batch:
             return
@@ -239,4 +244,6 @@ class BackgroundExtraction:
         self._closed = True
         for timer in self._timers:
             timer.cancel()
-        self._pool.shutdown(wait=True)
+        # Runs not started are dropped (their batches are pending in the state file); one under way
+        # ends within the LLM's timeout.
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -187,8 +187,8 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
         extraction=extraction,
     )
-    if llm_setup is not None:
-        service.on_close.append(llm_setup.close)
+    if llm_setup is not None:  # extraction first: a run under way must not find its client closed
+        service.on_close.append(lambda: (extraction.close() if extraction is not None else None, llm_setup.close()))
     return service
 
 
