@@ -139,3 +139,29 @@ def test_the_daily_cap_counts_what_was_sent_before_a_restart(tmp_path: Path, ser
         assert any("MNEMOPLAN_LLM_MAX_CALLS_PER_DAY" in w for w in result.warnings)
     finally:
         service.close()
+
+
+def test_bench_llm_runs_offline_and_with_the_llm_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_bench import write_dataset
+
+    messages, questions = write_dataset(tmp_path)
+    with LoopbackLLMServer(api="openai") as server:
+        server.responder = lambda body: answer(server, body)
+        for name, value in {"MNEMOPLAN_LLM_PROVIDER": "openai", "MNEMOPLAN_LLM_BASE_URL": server.base_url,
+                            "MNEMOPLAN_LLM_MODEL": "fake"}.items():  # fmt: skip
+            monkeypatch.setenv(name, value)
+        out = tmp_path / "out"
+        assert main(["bench", "--llm", "--messages", str(messages), "--questions", str(questions), "--mode", "deep",
+                     "--limit-conversations", "2", "--out", str(out), "--embedding-model", "hash"]) == 0  # fmt: skip
+    report = json.loads((out / "llm.json").read_text())
+    assert report["llm"]["provider"] == "openai" and set(report["benches"]) == {"updates", "dataset"}
+    for runs in report["benches"].values():
+        assert runs["offline"]["totals"] == {}  # no request without the LLM
+    sent = sum(t["calls"] for runs in report["benches"].values() for t in runs["llm"]["totals"].values())
+    assert sent == len(server.requests) > 0
+    assert report["benches"]["dataset"]["llm"]["totals"]["deep_memory_search"]["calls"] > 0
+    assert report["benches"]["updates"]["llm"]["totals"]["remember"]["calls"] > 0
+    text = (out / "llm.md").read_text()
+    assert "| figure | offline | with the LLM |" in text and "per message" in text

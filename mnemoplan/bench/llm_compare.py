@@ -3,7 +3,7 @@
 The LLM is whichever the environment configures (``MNEMOPLAN_LLM_PROVIDER``, ``_BASE_URL``,
 ``_MODEL``, ``_API_KEY``, or ``ANTHROPIC_API_KEY`` alone), so anyone with a model (a local
 Ollama, vLLM or llama.cpp server, or an API) can measure what it adds. The updates suite runs
-always, the ``--dataset`` (LoCoMo) too when given, each twice into a data directory of its own:
+always, the ``--dataset`` (LoCoMo; or ``--messages``/``--questions``) too when given, each twice into a data directory of its own:
 ``offline`` with no LLM, ``llm`` with it, extraction read to the end before the questions. The
 LLM run's call log (``service.llm_log``) gives its cost: requests, tokens and time per message
 stored and per question asked. Written to ``--out``: the two runs' own outputs, ``llm.json``
@@ -46,8 +46,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     llm = {"provider": settings.llm_in_use, "model": settings.llm_model_in_use,
            "extraction_model": settings.llm_extraction_model or settings.llm_model_in_use,
            "base_url": settings.llm_base_url_in_use or "(the provider's)"}  # fmt: skip
-    benches = [("updates", {"suite": "updates", "dataset": None})]
-    if args.dataset:
+    benches = [("updates", {"suite": "updates", "dataset": None, "messages": None, "questions": None})]
+    if args.dataset or (args.messages and args.questions):
         benches.append(("dataset", {"suite": None, "mode": args.mode if args.mode in MODES else "recall"}))
     report: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "llm": llm, "benches": {}}
     for bench, changes in benches:

@@ -24,6 +24,9 @@ RERANK_SYSTEM = (
 )
 _ID_CHARS = 8
 _MAX_ITEM_CHARS = 300
+# A request ends (and sends no retry or repair) this long after the rerank gave up on it: past
+# the rerank's own wait, so that the rerank, not the request, says the time ran out.
+_STRAGGLER_S = 1.0
 
 
 class _Scores(BaseModel):
@@ -96,7 +99,7 @@ class LLMReranker:
         requests = [
             {"system": RERANK_SYSTEM, "prompt": _prompt(query, [items[i] for i in batch], keys),
              "max_tokens": 32 + 12 * len(batch), "purpose": "rerank", "schema": _Scores,
-             "deadline": started + deadline_s}
+             "deadline": started + deadline_s + _STRAGGLER_S}
             for batch, keys in zip(batches, keyed, strict=True)
         ]  # fmt: skip
         own = current_scope() is None  # a recall's rerank: a tool call of its own
