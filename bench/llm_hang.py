@@ -10,7 +10,8 @@ answers (``hanging``: the request waits out the 20 s timeout), answers 500 at on
 (``failing``), or answers a valid reply after 2 s (``slow``). Extraction is due at every
 message (``MNEMOPLAN_LLM_EXTRACTION_EVERY=1``), so every call gives the LLM work. Each call
 stores one message of the updates suite's conversations, in order; the configurations run
-in turn, ``--rounds`` times, so that the machine's drift falls on all alike. Reports the
+in turn, ``--rounds`` times, each round starting with the next one, so that the machine's
+drift falls on all alike. Reports the
 p50/p95 of the calls' latency per configuration, and the p50 relative to ``none``.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -66,6 +68,7 @@ def time_calls(config: str, calls: list[MessageIn], embedding: Any, server: Loop
         if server is not None:
             server.stop()  # the hanging requests end; closing need not wait out their timeout
         service.close()
+        shutil.rmtree(data, ignore_errors=True)
     return latencies
 
 
@@ -82,8 +85,9 @@ def main() -> int:
     calls = messages(args.calls)
     time_calls("warm-up", calls[:30], embedding, None)  # the first service built pays for lazy imports
     runs: dict[str, list[float]] = {name: [] for name in ("none", *REPLIES)}
-    for _ in range(args.rounds):
-        for name in runs:
+    names = list(runs)
+    for round_no in range(args.rounds):
+        for name in names[round_no % len(names):] + names[:round_no % len(names)]:  # each first in turn
             server = None
             if name in REPLIES:
                 server = LoopbackLLMServer(api="openai", responder=lambda _, r=REPLIES[name]: r).start()

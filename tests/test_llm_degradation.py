@@ -170,3 +170,18 @@ def test_without_an_llm_no_socket_is_opened(tmp_path: Path, monkeypatch: pytest.
     finally:
         watching[0] = False
     assert opened == []
+
+
+def test_an_llm_that_is_down_is_not_asked_at_every_remember(tmp_path: Path) -> None:
+    """A failed batch waits out its backoff: messages that join it meanwhile add no request."""
+    with LoopbackLLMServer(api="openai", responder=lambda _: ERRORS["server_error"][0]) as server:
+        service = make_service(tmp_path / "data", llm_provider="openai", llm_base_url=server.base_url,
+                               llm_model="m", llm_extraction_every=1)  # fmt: skip
+        try:
+            for i in range(5):
+                service.remember(content=f"message {i}", speaker="Ivo", user_id="u", session_id="s")
+                service.extraction.drain()
+            assert len(server.requests) == 2  # the first message's run: one request and its retry
+            assert messages_of(service, "u") == [f"message {i}" for i in range(5)]
+        finally:
+            service.close()

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -109,6 +110,7 @@ class BackgroundExtraction:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoplan-extract")
         self._timers: list[threading.Timer] = []
         self._queued: set[str] = set()
+        self._retry_at: dict[str, float] = {}  # a batch that failed waits for its retry, whatever arrives
         self._closed = False
         state = json.loads(state_path.read_text()) if state_path.exists() else {}
         self.pending: dict[str, list[str]] = state.get("pending", {})
@@ -128,7 +130,9 @@ class BackgroundExtraction:
         with self._lock:
             pending = self.pending.setdefault(key, [])
             pending.extend(i for i in message_ids if i not in pending)
-            due = flush or len(pending) >= self.every
+            # A failed batch is tried again when its backoff ends, not at every message that joins it:
+            # an LLM that is down is not asked at every remember.
+            due = (flush or len(pending) >= self.every) and time.monotonic() >= self._retry_at.get(key, 0.0)
             self._save()
         if due:
             self._submit(key)
@@ -173,6 +177,7 @@ class BackgroundExtraction:
                     if not self.pending[key]:
                         del self.pending[key]
                     self.failures.pop(key, None)
+                    self._retry_at.pop(key, None)
                     self._told.pop(user_id, None)
                     self.counters["extracted"] += len(chunk)
                     self.counters["facts"] += len(facts)
@@ -199,6 +204,8 @@ class BackgroundExtraction:
                 self.failures[key] = self.failures.get(key, 0) + 1
             self.counters["failed"] += 1
             delay = min(3600.0, self._retry_s * 2 ** (self.failures.get(key, 1) - 1))
+            if not capped:
+                self._retry_at[key] = time.monotonic() + delay
             self._save()
             detail = exc.message if isinstance(exc, MnemoError) else type(exc).__name__
             when = "with the session's next messages" if capped else f"in {delay:.0f} s"
