@@ -85,20 +85,25 @@ def main() -> int:
     calls = messages(args.calls)
     time_calls("warm-up", calls[:30], embedding, None)  # the first service built pays for lazy imports
     runs: dict[str, list[float]] = {name: [] for name in ("none", *REPLIES)}
+    per_round: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
     for round_no in range(args.rounds):
         for name in names[round_no % len(names):] + names[:round_no % len(names)]:  # each first in turn
             server = None
             if name in REPLIES:
                 server = LoopbackLLMServer(api="openai", responder=lambda _, r=REPLIES[name]: r).start()
-            runs[name] += time_calls(name, calls, embedding, server)
+            timed = time_calls(name, calls, embedding, server)
+            runs[name] += timed
+            per_round[name].append(round(statistics.median(timed), 3))
     base = statistics.median(runs["none"])
     table = {name: {"calls": len(v), "p50_ms": round(statistics.median(v), 3),
                     "p95_ms": round(sorted(v)[int(0.95 * (len(v) - 1))], 3),
-                    "p50_vs_none": round(statistics.median(v) / base - 1, 4)} for name, v in runs.items()}  # fmt: skip
-    print("| LLM | calls | p50 ms | p95 ms | p50 vs none |\n|---|---|---|---|---|")
+                    "p50_vs_none": round(statistics.median(v) / base - 1, 4), "round_p50s": per_round[name]}
+             for name, v in runs.items()}  # fmt: skip
+    print("| LLM | calls | p50 ms | p95 ms | p50 vs none | p50 of each round, ms |\n|---|---|---|---|---|---|")
     for name, row in table.items():
-        print(f"| {name} | {row['calls']} | {row['p50_ms']} | {row['p95_ms']} | {100 * row['p50_vs_none']:+.1f} % |")
+        print(f"| {name} | {row['calls']} | {row['p50_ms']} | {row['p95_ms']} | {100 * row['p50_vs_none']:+.1f} % | "
+              f"{', '.join(map(str, row['round_p50s']))} |")
     if args.out:
         args.out.write_text(json.dumps({"calls": args.calls, "rounds": args.rounds, "table": table}, indent=2))
     return 0

@@ -152,7 +152,9 @@ def test_a_rate_limit_is_retried_after_what_the_server_asks(
     assert reply.attempts == 2 and [c.outcome for c in recorder.calls] == ["http_429", "ok"]
 
 
-def test_a_long_retry_after_is_not_waited_for_within_the_call(server: LoopbackLLMServer, make_client: MakeClient) -> None:
+def test_a_long_retry_after_is_not_waited_for_within_the_call(
+    server: LoopbackLLMServer, make_client: MakeClient
+) -> None:
     server.script(Reply(status=429, error_type="rate_limit_error", headers={"retry-after": "120"}))
     with pytest.raises(LLMError, match="retry after 120 s"):
         extract(make_client(max_retries=3))
@@ -184,7 +186,8 @@ def test_a_refused_connection_is_retried_then_reported(api: str) -> None:
         port = sock.getsockname()[1]
     recorder = MemoryRecorder()
     url = f"http://127.0.0.1:{port}" + ("/v1" if api == "openai" else "")
-    client = LLMClient(provider=api, api_key="k", model="m", base_url=url, max_retries=1, recorder=recorder)  # type: ignore[arg-type]
+    client = LLMClient(provider=api, api_key="k", model="m", base_url=url,  # type: ignore[arg-type]
+                       max_retries=1, recorder=recorder)  # fmt: skip
     with pytest.raises(LLMError, match="connection error after 2 request") as info:
         extract(client)
     assert "MNEMOPLAN_LLM_BASE_URL" in info.value.hint

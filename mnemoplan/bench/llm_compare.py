@@ -3,10 +3,10 @@
 The LLM is whichever the environment configures (``MNEMOPLAN_LLM_PROVIDER``, ``_BASE_URL``,
 ``_MODEL``, ``_API_KEY``, or ``ANTHROPIC_API_KEY`` alone), so anyone with a model (a local
 Ollama, vLLM or llama.cpp server, or an API) can measure what it adds. The updates suite runs
-always, the ``--dataset`` (LoCoMo; or ``--messages``/``--questions``) too when given, each twice into a data directory of its own:
-``offline`` with no LLM, ``llm`` with it, extraction read to the end before the questions. The
-LLM run's call log (``service.llm_log``) gives its cost: requests, tokens and time per message
-stored and per question asked. Written to ``--out``: the two runs' own outputs, ``llm.json``
+always, the ``--dataset`` (LoCoMo; or ``--messages``/``--questions``) too when given, each
+twice into a data directory of its own: ``offline`` with no LLM, ``llm`` with it, extraction
+read to the end before the questions. The LLM run's call log (``service.llm_log``) gives its
+cost: requests, tokens and time per message stored and per question asked. Written to ``--out``: the two runs' own outputs, ``llm.json``
 and ``llm.md``.
 """
 

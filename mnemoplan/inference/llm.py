@@ -9,9 +9,10 @@ One retry policy for every provider, tenacity's, with both SDKs' own retries off
 429/5xx or a connection failure is retried with exponential backoff, honouring the server's
 ``Retry-After`` when it fits; a timeout never is (the caller's budget is spent), nor is any
 other 4xx (a wrong key or model stays wrong). The SDKs' retries could not serve: they sleep
-up to two minutes on a ``Retry-After`` whatever the caller's deadline, retry timeouts, and
-send requests this client never sees, so the call record would not add up to what the
-server saw. A caller with a deadline passes it, and no request, retry or repair outlasts it.
+as long as a ``Retry-After`` says (anthropic: no cap; openai: up to two minutes) whatever the
+caller's deadline (openai's retry timeouts too), and send requests this client never sees,
+so the call record would not add up to what the server saw. A caller with a deadline passes
+it, and no request, retry or repair outlasts it.
 
 A reply is asked for through the server's own structured output where it has one (a JSON
 schema, else JSON mode), with the schema in the prompt as well, since a server may ignore
