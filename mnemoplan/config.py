@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -149,13 +149,90 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = Field(
         None, validation_alias=AliasChoices("MNEMOPLAN_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL")
     )
-    llm_model: str = Field("claude-haiku-4-5", description="Model for extraction, planning and reranking.")
+    llm_model: str | None = Field(
+        None, description="Model for extraction, planning and reranking (default: claude-haiku-4-5 on Anthropic, "
+        "gpt-4o-mini on OpenAI; a local server's must be named).",
+    )
     llm_timeout_s: float = Field(20.0, gt=0)
     llm_rerank: bool = Field(True, description="Use the LLM to rerank deep search results when configured.")
     llm_expand: bool = Field(
         True, description="Deep search also searches an LLM keyword rewrite and a hypothetical answer (HyDE)."
     )
     llm_extraction_every: int = Field(10, ge=1, description="Extract facts every N turns of a session.")
+
+    # LLM providers, structured output and caps (issue 41) ----------------------------------
+    llm_provider: Literal["anthropic", "openai", "none"] | None = Field(
+        None, description="anthropic, openai (any OpenAI-compatible server: Ollama, vLLM, llama.cpp, LM Studio, "
+        "a gateway) or none; unset: anthropic when ANTHROPIC_API_KEY is set, else none.",
+    )
+    llm_base_url: str | None = Field(
+        None, description="The API's root, e.g. http://localhost:11434/v1 (Ollama); the provider's own if unset."
+    )
+    llm_api_key: SecretStr | None = Field(
+        None, description="The provider's key (Anthropic: ANTHROPIC_API_KEY also works; OpenAI: OPENAI_API_KEY; "
+        "a local server needs none).",
+    )
+    openai_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    llm_extraction_model: str | None = Field(
+        None, description="A smaller model for remember's extraction, on the same server (default: llm_model)."
+    )
+    llm_structured_output: Literal["auto", "json_object", "prompt"] = Field(
+        "auto", description="auto: the server's JSON schema mode, else its JSON mode, falling back when it rejects "
+        "them; json_object: JSON mode only; prompt: only the schema in the prompt.",
+    )
+    llm_max_retries: int = Field(1, ge=0, le=5, description="Retries of an LLM request after a 429, a 5xx or a "
+                                 "refused connection (within the caller's time budget).")  # fmt: skip
+    llm_max_calls_per_remember: int = Field(
+        8, ge=0, description="LLM requests one remember's extraction may send (0: no cap); over it the rest waits."
+    )
+    llm_max_calls_per_search: int = Field(
+        20, ge=0, description="LLM requests one deep search (or recall's rerank) may send (0: no cap); over it the "
+        "rules answer, with a warning.",
+    )
+    llm_max_calls_per_day: int = Field(0, ge=0, description="LLM requests a day, UTC (0: no cap).")
+    llm_price_per_mtok: tuple[float, float] | None = Field(
+        None, description="USD per million (input, output) tokens of a model the built-in table does not know, "
+        "for the costs in mnemoplan stats, e.g. [0.15, 0.6].",
+    )
+
+    @model_validator(mode="after")
+    def _llm_named(self) -> Settings:
+        if self.llm_provider == "anthropic" and self.llm_key is None:
+            raise ValueError("MNEMOPLAN_LLM_PROVIDER=anthropic needs ANTHROPIC_API_KEY or MNEMOPLAN_LLM_API_KEY")
+        if self.llm_provider == "openai" and self.llm_base_url and not self.llm_model:
+            raise ValueError("MNEMOPLAN_LLM_PROVIDER=openai with MNEMOPLAN_LLM_BASE_URL needs MNEMOPLAN_LLM_MODEL: "
+                             "the name of a model that server serves (e.g. llama3.2:3b for Ollama)")
+        return self
+
+    @property
+    def llm_in_use(self) -> Literal["anthropic", "openai"] | None:
+        """The provider the LLM parts talk to; None without an LLM."""
+        if self.llm_provider == "none":
+            return None
+        if self.llm_provider is not None:
+            return self.llm_provider
+        return "anthropic" if self.llm_key is not None else None
+
+    @property
+    def llm_key(self) -> str | None:
+        """The API key of the provider in use (a blank one counts as none)."""
+        keys = [self.llm_api_key]
+        keys += [self.openai_api_key] if self.llm_provider == "openai" else [self.anthropic_api_key]
+        return next((k.get_secret_value().strip() for k in keys if k is not None and k.get_secret_value().strip()),
+                    None)  # fmt: skip
+
+    @property
+    def llm_model_in_use(self) -> str:
+        """The model named, else the provider's default."""
+        if self.llm_model:
+            return self.llm_model
+        return "gpt-4o-mini" if self.llm_in_use == "openai" else "claude-haiku-4-5"
+
+    @property
+    def llm_base_url_in_use(self) -> str | None:
+        """The base URL named, else (Anthropic) ANTHROPIC_BASE_URL, else the SDK's default."""
+        return self.llm_base_url or (self.anthropic_base_url if self.llm_in_use == "anthropic" else None)
+    # -----------------------------------------------------------------------------------------
 
     # Server
     transport: Literal["stdio", "http"] = "stdio"
@@ -179,7 +256,11 @@ class Settings(BaseSettings):
     def public_dict(self) -> dict[str, object]:
         """The effective configuration with secrets masked, for ``mnemoplan config``."""
         data = self.model_dump(mode="json")
-        data["anthropic_api_key"] = "set" if self.llm_enabled else None
+        for key in ("anthropic_api_key", "llm_api_key", "openai_api_key"):
+            secret = getattr(self, key)
+            data[key] = "set" if secret is not None and secret.get_secret_value().strip() else None
+        data["llm_provider_in_use"] = self.llm_in_use
+        data["llm_model_in_use"] = self.llm_model_in_use if self.llm_in_use else None
         data["storage_options"] = {k: "set" if "secret" in k or "token" in k or "key" in k else v
                                    for k, v in self.storage_options.items()}  # fmt: skip
         return data
@@ -192,5 +273,5 @@ class Settings(BaseSettings):
 
     @property
     def llm_enabled(self) -> bool:
-        """True when an Anthropic key is configured (an empty one counts as none)."""
-        return self.anthropic_api_key is not None and bool(self.anthropic_api_key.get_secret_value().strip())
+        """True when an LLM is configured (``llm_in_use``)."""
+        return self.llm_in_use is not None

@@ -51,6 +51,7 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "MNEMOPLAN_DATA_DIR": str(data_dir),
         "MNEMOPLAN_EMBEDDING_MODEL": "hash",
         "ANTHROPIC_API_KEY": "",
+        "MNEMOPLAN_LLM_PROVIDER": "none",
         "LANCE_LOG": "error",
         "PYTHONPATH": os.pathsep.join(sys.path),
         "MNEMOPLAN_MODEL_CACHE_DIR": os.environ["MNEMOPLAN_MODEL_CACHE_DIR"],

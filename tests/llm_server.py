@@ -1,10 +1,12 @@
-"""A loopback HTTP server that speaks enough of the Anthropic Messages API for the real client.
+"""A loopback HTTP server that speaks enough of the Anthropic Messages API, or of OpenAI's chat
+completions API, for the real client libraries.
 
-Tests point ``anthropic.Anthropic(base_url=server.url)`` at it (through ``LLMClient``) so the
-LLM paths run through the real SDK: its request building, its response parsing and its
-exception classes. The server is scripted: each ``POST /v1/messages`` takes the next queued
-``Reply``, or asks the ``responder`` when the queue is empty, and every request body is kept
-for assertions.
+Tests point ``LLMClient`` at it by ``base_url`` so the LLM paths run through the real SDKs
+(``anthropic``, ``openai``): their request building, their response parsing and their
+exception classes. The server is scripted: each ``POST /v1/messages`` (Anthropic) or
+``POST /v1/chat/completions`` (OpenAI) takes the next queued ``Reply``, or asks the
+``responder`` when the queue is empty, and every request body is kept for assertions, with
+the tokens it reported (what a provider would bill).
 
 Only the standard library is used, so the server cannot drift with the SDK it is testing.
 """
@@ -39,6 +41,8 @@ class Reply:
         delay_s: Seconds to wait before answering, to make the client time out.
         stop_reason: ``stop_reason`` of a successful reply.
         headers: Extra response headers, e.g. ``{"retry-after": "0"}``.
+        refusal: OpenAI only: a refusal reported apart from the text (``message.refusal``), the
+            content then null.
         body: Raw bytes sent instead of a Messages API body (with ``content_type``), to play an
             endpoint that answers with something else: a proxy's HTML page, a truncated body.
         content_type: The ``Content-Type`` of ``body``.
@@ -55,6 +59,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
     content_type: str = "application/json"
+    refusal: str | None = None
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -62,8 +67,8 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, owner: LoopbackMessagesServer) -> None:
-        super().__init__(("127.0.0.1", 0), _MessagesHandler)
+    def __init__(self, owner: LoopbackMessagesServer, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _MessagesHandler)
         self.owner = owner
 
 
@@ -80,23 +85,24 @@ class _MessagesHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self.path.split("?", 1)[0] != "/v1/messages":
-            self._send(404, _error_body("not_found_error", f"no route {self.path}"), {})
+        owner = self.server.owner
+        error = _openai_error if owner.api == "openai" else _error_body
+        if self.path.split("?", 1)[0] != ROUTES[owner.api]:
+            self._send(404, error("not_found_error", f"no route {self.path}"), {})
             return
         try:
             body = json.loads(raw or b"null")
         except ValueError:
-            self._send(400, _error_body("invalid_request_error", "body is not JSON"), {})
+            self._send(400, error("invalid_request_error", "body is not JSON"), {})
             return
-        owner = self.server.owner
         try:
             reply = owner._next_reply(body, dict(self.headers))
         except Exception as err:  # noqa: BLE001 - a broken responder must fail the test visibly
-            self._send(400, _error_body("invalid_request_error", f"responder raised {err!r}"), {})
+            self._send(400, error("invalid_request_error", f"responder raised {err!r}"), {})
             return
         if reply is None:
             # 400 is not retried by the client, so an under-scripted test fails at once and clearly.
-            self._send(400, _error_body("invalid_request_error", "no scripted reply left"), {})
+            self._send(400, error("invalid_request_error", "no scripted reply left"), {})
             return
         if reply.delay_s > 0 and owner._stopping.wait(reply.delay_s):
             return  # shutting down: do not answer a client that has long given up
@@ -104,9 +110,11 @@ class _MessagesHandler(BaseHTTPRequestHandler):
             self._send(reply.status, reply.body, reply.headers, reply.content_type)
             return
         if reply.status != 200:
-            self._send(reply.status, _error_body(reply.error_type, reply.message), reply.headers)
+            self._send(reply.status, error(reply.error_type, reply.message), reply.headers)
             return
-        self._send(200, _message_body(body, reply), reply.headers)
+        owner._served(reply)
+        answer = _completion_body if owner.api == "openai" else _message_body
+        self._send(200, answer(body, reply), reply.headers)
 
     def _send(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str],
               content_type: str = "application/json") -> None:  # fmt: skip
@@ -126,8 +134,29 @@ class _MessagesHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+ROUTES = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
+
+
 def _error_body(error_type: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+def _openai_error(error_type: str, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+
+
+def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    finish = {"max_tokens": "length", "end_turn": "stop"}.get(reply.stop_reason, reply.stop_reason)
+    message = {"role": "assistant", "content": None if reply.refusal else reply.text, "refusal": reply.refusal}
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": request.get("model", "unknown") if isinstance(request, dict) else "unknown",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
+                  "total_tokens": reply.input_tokens + reply.output_tokens},
+    }
 
 
 def _message_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -144,7 +173,8 @@ def _message_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
 
 
 class LoopbackMessagesServer:
-    """A scripted Messages API on 127.0.0.1, served from a daemon thread.
+    """A scripted Messages API (or chat-completions API, ``api="openai"``) on 127.0.0.1, served
+    from a daemon thread.
 
     Usage::
 
@@ -158,8 +188,12 @@ class LoopbackMessagesServer:
         responder: Called with the request body when no scripted reply is queued.
     """
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(self, responder: Responder | None = None, api: str = "anthropic") -> None:
+        if api not in ROUTES:
+            raise ValueError(f"api must be one of {sorted(ROUTES)}")
         self.responder = responder
+        self.api = api
+        self.tokens_served = [0, 0]  # input, output: what the replies sent with 200 reported
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque()
         self._requests: list[dict[str, Any]] = []
@@ -168,8 +202,8 @@ class LoopbackMessagesServer:
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> LoopbackMessagesServer:
-        """Bind a free port and start serving.
+    def start(self, port: int = 0) -> LoopbackMessagesServer:
+        """Bind ``port`` (a free one by default) on 127.0.0.1 and start serving.
 
         Returns:
             The server itself, for chaining.
@@ -180,7 +214,7 @@ class LoopbackMessagesServer:
         if self._httpd is not None:
             raise RuntimeError("server already started")
         self._stopping.clear()
-        self._httpd = _HTTPServer(self)
+        self._httpd = _HTTPServer(self, port)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
             name="llm-loopback-server",
@@ -217,6 +251,21 @@ class LoopbackMessagesServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    @property
+    def base_url(self) -> str:
+        """What a client is given as its base URL: the root (Anthropic) or the root's ``/v1`` (OpenAI)."""
+        return self.url + ("/v1" if self.api == "openai" else "")
+
+    def user_prompt(self, request: dict[str, Any]) -> str:
+        """The first user message of a request, whichever API it was sent to."""
+        return next(m["content"] for m in request["messages"] if m["role"] == "user")
+
+    def system_prompt(self, request: dict[str, Any]) -> str:
+        """The system prompt of a request, whichever API it was sent to."""
+        if self.api == "anthropic":
+            return request.get("system", "")
+        return next((m["content"] for m in request["messages"] if m["role"] == "system"), "")
+
     def script(self, *replies: Reply) -> None:
         """Queue replies; each request takes the next one, in order."""
         with self._lock:
@@ -240,6 +289,11 @@ class LoopbackMessagesServer:
         with self._lock:
             return len(self._queue)
 
+    def _served(self, reply: Reply) -> None:
+        with self._lock:
+            self.tokens_served[0] += reply.input_tokens
+            self.tokens_served[1] += reply.output_tokens
+
     def _next_reply(self, body: dict[str, Any], headers: dict[str, str]) -> Reply | None:
         with self._lock:
             self._requests.append(body)
@@ -248,6 +302,9 @@ class LoopbackMessagesServer:
                 return self._queue.popleft()
         # Outside the lock: a responder may be slow or inspect server state itself.
         return self.responder(body) if self.responder is not None else None
+
+
+LoopbackLLMServer = LoopbackMessagesServer  # the name that says it speaks either API
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ def test_rules_only_deep_search_reports_plans_steps_and_stats(service: MemorySer
 def test_deep_starts_from_what_recall_found_and_adds_below_it(tmp_path: Path) -> None:
     """Without a judge or a reranker of its own, deep keeps recall's first ten in recall's order,
     and what its own steps found comes after them (deep never ranks below recall)."""
-    from mnemoplan.planner.deep import start_from_recall
+    from mnemoplan.planner.deep_merge import start_from_recall
 
     service = make_service(tmp_path / "data")
     try:

@@ -252,12 +252,16 @@ def test_evaluator_parses_an_insufficient_verdict_and_clamps(llm_server: Server,
 
 
 def test_evaluator_raises_on_an_unusable_reply(llm_server: Server, client: LLMClient) -> None:
-    llm_server.script(Reply(text='{"verdict": "looks fine"}'), Reply(text="no"), Reply(text="still no"))
+    """A reply off the schema gets the one repair a reply that is no JSON gets, then an LLMError."""
+    off = Reply(text='{"verdict": "looks fine"}')
+    llm_server.script(off, off, Reply(text="no"), Reply(text="still no"))
     evaluator = LLMEvaluator(client)
     with pytest.raises(LLMError, match="schema"):
         evaluator.evaluate(QUERY, ANALYSIS, RAN, REPORTS, items(3), round_no=1)
+    assert "sufficient" in llm_server.requests[1]["messages"][-1]["content"]  # the repair names what is missing
     with pytest.raises(LLMError, match="malformed"):
         evaluator.evaluate(QUERY, ANALYSIS, RAN, REPORTS, items(3), round_no=1)
+    assert len(llm_server.requests) == 4
 
 
 # --- replanner and fingerprints ---------------------------------------------------------------

@@ -59,6 +59,10 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (default bundled MiniLM)")
     p.add_argument("--readme", type=Path, help="update this README's results block with the overall table")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")
+    p.add_argument("--llm", action="store_true",
+                   help="with the LLM the environment configures (MNEMOPLAN_LLM_PROVIDER, ..., or ANTHROPIC_API_KEY): "
+                        "the updates suite, and --dataset if given, run without it and with it; quality side by "
+                        "side, with the LLM's calls, tokens and time per message (llm.md). Without --llm, no LLM.")
 
 
 def scale_arguments(p: argparse.ArgumentParser) -> None:

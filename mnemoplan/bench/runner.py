@@ -83,6 +83,8 @@ def ingest(service: MemoryService, dataset: Dataset) -> dict[str, float]:
             service.remember(messages=messages, user_id=conv_id, session_id=f"session_{session}")
             progress.advance(len(messages))
     service.settle()  # derived work still under way counts against ingest
+    if service.extraction is not None:  # with an LLM, what it reads counts too
+        service.extraction.settle()
     service.store.maintain()
     seconds = time.perf_counter() - started
     progress.close()
@@ -209,14 +211,17 @@ def write_abstain(out: Path, dataset: Dataset, abstain: dict[str, Any], ingest_s
     return 0
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """Run the benchmark the arguments describe; writes everything under --out."""
+def run_from_args(args: argparse.Namespace, llm: dict[str, Any] | None = None) -> int:
+    """Run the benchmark the arguments describe; writes everything under --out.
+
+    Without an LLM (whatever the environment configures), unless ``llm`` gives the Settings of one
+    (``{}``: the environment's); ``--llm`` runs both and sets them side by side (``bench.llm_compare``)."""
     if args.suite:
         if args.dataset or args.messages or args.questions:
             sys.exit("mnemoplan bench: give --suite, --dataset or --messages/--questions, only one")
         from mnemoplan.bench.updates import run_from_args as run_suite
 
-        return run_suite(args)
+        return run_suite(args, llm)
     configure()  # process-wide settings, when the bench is run without the command
     dataset = load_dataset(args)
     plots = plotting_available()
@@ -237,7 +242,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     from mnemoplan.config import Settings
     from mnemoplan.service.bootstrap import build_service
 
-    service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
+    offline = {"llm_provider": "none"} if llm is None else llm
+    service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model, **offline))
     live = bool(dataset.questions) and all(q.asked_at for q in dataset.questions)
     per_conv = getattr(args, "questions_per_conversation", None)
     if per_conv is not None and not live:

@@ -132,6 +132,8 @@ def run(service: MemoryService, convs: list[dict[str, Any]], details: Path) -> d
         for conv in convs:
             store(service, conv)
             service.settle()  # asked a day after the conversation (``reference_time``): all of it stored
+            if service.extraction is not None:  # with an LLM: what it reads is in memory before the questions
+                service.extraction.settle()
             progress.advance(len(conv["messages"]))
             for q in conv["questions"]:
                 result = service.recall(q["question"], user_id=conv["conv_id"], limit=LIMIT,
@@ -174,8 +176,11 @@ def report(metrics: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """``mnemoplan bench --suite updates``: writes metrics.json, report.md and questions.jsonl under --out."""
+def run_from_args(args: argparse.Namespace, llm: dict[str, Any] | None = None) -> int:
+    """``mnemoplan bench --suite updates``: writes metrics.json, report.md and questions.jsonl under --out.
+
+    Without an LLM (whatever the environment configures), unless ``llm`` gives the Settings of one
+    (``{}``: the environment's; ``bench --llm``)."""
     from mnemoplan.config import Settings
     from mnemoplan.runtime import configure
     from mnemoplan.service.bootstrap import build_service
@@ -189,7 +194,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="mnemoplan-updates-")) if temporary else args.data_dir
     print(f"bench: updates suite, split {args.split}, {len(convs)} conversations; data in {data_dir}", file=sys.stderr)
-    service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model))
+    offline = {"llm_provider": "none"} if llm is None else llm
+    service = build_service(Settings(data_dir=data_dir, embedding_model=args.embedding_model, **offline))
     try:
         metrics = run(service, convs, out / "questions.jsonl")
     finally:

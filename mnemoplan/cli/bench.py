@@ -9,6 +9,10 @@ from mnemoplan.bench.arguments import bench_arguments, scale_arguments
 
 def run(args: argparse.Namespace) -> int:
     """Benchmark retrieval quality, latency and ingest cost (see bench/README.md)."""
+    if args.llm:
+        from mnemoplan.bench.llm_compare import run_from_args as run_compare
+
+        return run_compare(args)
     from mnemoplan.bench.runner import run_from_args
 
     return run_from_args(args)

@@ -1,4 +1,4 @@
-"""``mnemoplan stats``: aggregates of the search log."""
+"""``mnemoplan stats``: aggregates of the search log, and of the LLM call log per day and per tool."""
 
 from __future__ import annotations
 
@@ -38,15 +38,19 @@ def summarise_searches(entries: list[dict]) -> dict[str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Aggregates of the search log (every recall and deep search): counts, latency, rounds, cost."""
+    """Aggregates of the search log (every recall and deep search): counts, latency, rounds, cost;
+    and of the LLM's requests, per day and per tool: calls, tokens, latency, outcomes, cost."""
+    from mnemoplan.service.llm_log import load_calls, summarise_calls
     from mnemoplan.service.search_log import load_entries
 
     settings = settings_from_args(args)
     entries = load_entries(settings.data_dir / "searches", args.user)
-    summary = summarise_searches(entries)
+    summary: dict[str, dict] = summarise_searches(entries)
+    llm = summarise_calls(load_calls(settings.data_dir / "llm_calls"))
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps({**summary, "llm_calls": llm}, indent=2))
         return 0
+    print_llm_calls(llm)
     if not entries:
         print("no searches logged yet")
         return 0
@@ -58,6 +62,20 @@ def run(args: argparse.Namespace) -> int:
             found = ", ".join(f"{k} {v}" for k, v in s["indexes_with_results"].items())
             print("   indexes that found something: " + found)
     return 0
+
+
+def print_llm_calls(llm: dict[str, dict[str, dict]]) -> None:
+    """The LLM's requests per day and per tool, a line each (every user's: the log keeps none)."""
+    if not llm:
+        print("LLM: no requests logged (none configured, or none sent yet)")
+        return
+    print("LLM requests per day and tool (every user's):")
+    for day, tools in llm.items():
+        for tool, s in tools.items():
+            bad = ", ".join(f"{k} {v}" for k, v in s["outcomes"].items() if k != "ok")
+            print(f"  {day} {tool}: {s['calls']} calls ({s['ok']} ok{', ' + bad if bad else ''}), "
+                  f"{s['input_tokens']} tokens in, {s['output_tokens']} out, p50 {s['p50_ms']} ms, "
+                  f"${s['cost_usd']}; {', '.join(s['models'])}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

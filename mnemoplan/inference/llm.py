@@ -1,37 +1,63 @@
-"""The one module that talks to the LLM: JSON-returning Messages API calls with cost accounting.
+"""The LLM client every role shares: JSON replies checked against a model, for any provider.
 
-Callers (planners, rerankers, evaluators) get parsed JSON in an ``LLMReply`` or an ``LLMError``,
-never the SDK or its exceptions: an endpoint that answers 200 with something that is not a
-Messages API reply (a proxy's HTML page, a truncated body) is an ``LLMError`` too. Retries are
-tenacity's, not the SDK's, because they differ on purpose: an HTTP 429/5xx or a connection
-failure is retried with exponential backoff (honouring retry-after), a timeout never is (the
-caller has a latency budget), and a malformed reply gets one repair. A caller with a deadline
-passes it, and no request, retry or repair outlasts it: each request's timeout is what is left of
-it, and a retry whose backoff would end past it is not made.
-No ``temperature``: ``anthropic`` 2.x has no such argument and sends ``anthropic-version:
-2026-10-21``, which rejects every sampling parameter with a 400 (even the default value).
+Callers (the extractor, planners, evaluator, expander, reranker) get a checked reply in an
+``LLMReply`` or an ``LLMError``, never an SDK or its exceptions. Each provider's SDK lives in
+its own transport (``llm_anthropic``: the Messages API; ``llm_openai``: OpenAI-compatible chat
+completions: OpenAI, Ollama, vLLM, llama.cpp's server, LM Studio, gateways).
+
+One retry policy for every provider, tenacity's, with both SDKs' own retries off: an HTTP
+429/5xx or a connection failure is retried with exponential backoff, honouring the server's
+``Retry-After`` when it fits; a timeout never is (the caller's budget is spent), nor is any
+other 4xx (a wrong key or model stays wrong). The SDKs' retries could not serve: they sleep
+as long as a ``Retry-After`` says (anthropic: no cap; openai: up to two minutes) whatever the
+caller's deadline (openai's retry timeouts too), and send requests this client never sees,
+so the call record would not add up to what the server saw. A caller with a deadline passes
+it, and no request, retry or repair outlasts it.
+
+A reply is asked for through the server's own structured output where it has one (a JSON
+schema, else JSON mode), with the schema in the prompt as well, since a server may ignore
+it. A server that rejects a mode is asked without it, and not asked with it again. Each reply
+must parse and validate against the caller's model; one that does not gets one repair
+request that shows the model its reply and the problem; after that the call is an
+``LLMError`` and the caller takes its offline path. Every request is recorded
+(``llm_calls.CallRecord``) and counted against the caps before it is sent.
 """
 
 from __future__ import annotations
 
-import json
+import contextvars
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from pydantic import BaseModel
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from mnemoplan.errors import LLMError
-from mnemoplan.inference.llm_json import extract_json
-
-if TYPE_CHECKING:
-    import anthropic
+from mnemoplan.inference.llm_calls import CallRecord, CallRecorder, DailyCap, current_scope
+from mnemoplan.inference.llm_json import extract_json, response_schema
+from mnemoplan.inference.llm_policy import (
+    API_NAMES,
+    HINTS,
+    CallFailed,
+    backoff,
+    before_deadline,
+    failure,
+    outcome,
+    read_reply,
+    rejects_format,
+    retryable,
+)
+from mnemoplan.inference.llm_wire import OutputMode, ProviderError, Transport, WireReply
 
 logger = logging.getLogger(__name__)
+
+Provider = Literal["anthropic", "openai"]
+Structured = Literal["auto", "json_object", "prompt"]
 
 # USD per million tokens (input, output), matched by the longest model-name prefix.
 PRICES_PER_MTOK: tuple[tuple[str, tuple[float, float]], ...] = (
@@ -39,42 +65,24 @@ PRICES_PER_MTOK: tuple[tuple[str, tuple[float, float]], ...] = (
     ("claude-sonnet-4", (3.0, 15.0)),
     ("claude-opus-4", (15.0, 75.0)),
     ("claude-3-5-haiku", (0.8, 4.0)),
+    ("gpt-4o-mini", (0.15, 0.60)),
+    ("gpt-4o", (2.5, 10.0)),
+    ("gpt-4.1-mini", (0.40, 1.60)),
+    ("gpt-4.1-nano", (0.10, 0.40)),
 )
 DEFAULT_PRICE_PER_MTOK = (3.0, 15.0)
 
-# Status codes worth a second try: rate limiting and server-side failures.
-_RETRYABLE_STATUS = frozenset({429}) | frozenset(range(500, 600))
-# Backoff before a transport retry; a retry-after header is honoured up to the cap.
-_BACKOFF_S = 0.25
-_MAX_BACKOFF_S = 2.0
-
-_REQUEST_KEYS = frozenset({"system", "prompt", "max_tokens", "purpose", "deadline"})
-
-# What the caller (an agent, in the end) can do about each kind of failure.
-_HINTS = {
-    "timeout": "The LLM did not answer within the time budget; retry later or raise the LLM timeout.",
-    "connection": "The LLM endpoint could not be reached; check the network and the base URL.",
-    "malformed": "The model did not return JSON; raise max_tokens if it was cut off, or simplify the prompt.",
-    "not_messages": "The endpoint did not answer as the Messages API does; check that the base URL points at "
-    "the API itself (not a proxy's or a gateway's page).",
-    "deadline": "The caller's time budget ran out before the LLM answered; raise it, or the LLM is too slow.",
-    "auth": "The API key was refused; check ANTHROPIC_API_KEY.",
-    "transient": "The LLM API is rate limiting or failing on its side; retry later.",
-    "rejected": "The request was rejected; check the model name and the LLM settings.",
-}
-
+_MAX_REPAIR_TOKENS = 4096
+_REQUEST_KEYS = frozenset({"system", "prompt", "max_tokens", "purpose", "deadline", "schema"})
 _REPAIR_INSTRUCTION = (
-    "Your previous reply could not be parsed as JSON ({error}). Reply again with only the corrected "
-    "JSON value: no prose, no code fences, nothing before or after it."
+    "Your previous reply could not be used ({error}). Reply again with only the corrected JSON value, "
+    "as the schema says: no prose, no code fences, nothing before or after it."
 )
 
 
 @dataclass
 class LLMUsage:
-    """Token and cost counters, for one call or summed over many.
-
-    A plain value: not synchronised itself. ``LLMClient`` keeps its running total behind a
-    lock and hands out copies, so a caller's snapshot never changes under it.
+    """Token and cost counters, for one call or summed over many (a plain value, not synchronised).
 
     Attributes:
         calls: ``complete_json`` calls made (each may send several requests).
@@ -91,11 +99,7 @@ class LLMUsage:
     cost_usd: float = 0.0
 
     def add(self, other: LLMUsage) -> LLMUsage:
-        """Add ``other``'s counters to this one, in place.
-
-        Returns:
-            This object, for chaining.
-        """
+        """Add ``other``'s counters to this one, in place; returns this object."""
         self.calls += other.calls
         self.failures += other.failures
         self.input_tokens += other.input_tokens
@@ -113,94 +117,103 @@ class LLMReply:
         text: The raw text of the reply that parsed.
         usage: Tokens and cost of this call, including any repair request.
         attempts: HTTP requests sent, counting retries and the repair request.
+        value: The reply validated against the caller's model, when it gave one.
     """
 
     data: dict[str, Any] | list[Any]
     text: str
     usage: LLMUsage = field(default_factory=LLMUsage)
     attempts: int = 1
+    value: Any = None
 
 
 def price_for(model: str, fallback: tuple[float, float] | None = None) -> tuple[float, float]:
-    """USD per million (input, output) tokens for a model name.
-
-    Args:
-        model: Model name, e.g. ``claude-haiku-4-5``.
-        fallback: Price for a model the table does not know; the Sonnet price if None.
-
-    Returns:
-        The (input, output) price pair.
-    """
+    """USD per million (input, output) tokens for a model name; ``fallback`` (else Sonnet's) if unknown."""
     matches = [(len(prefix), price) for prefix, price in PRICES_PER_MTOK if model.startswith(prefix)]
     if matches:
         return max(matches)[1]
     return fallback if fallback is not None else DEFAULT_PRICE_PER_MTOK
 
 
-class _CallFailed(Exception):
-    """Internal: why a call failed, and how many requests the failing step sent."""
-
-    def __init__(self, cause: str, attempts: int, kind: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.attempts = attempts
-        self.hint = _HINTS[kind]
-
-
 class LLMClient:
-    """Sends JSON-returning prompts to the Messages API; safe to share between threads.
+    """Sends JSON-returning prompts to one provider's API; safe to share between threads.
 
-    Constructing it makes no network call; the SDK client is built on first use.
+    Constructing it makes no network call; the SDK's client is built on first use.
     """
 
     def __init__(
         self,
         *,
-        api_key: str,
         model: str,
+        api_key: str | None = None,
         base_url: str | None = None,
         timeout_s: float = 20.0,
         max_retries: int = 1,
         price_per_mtok: tuple[float, float] | None = None,
+        provider: Provider = "anthropic",
+        structured: Structured = "auto",
+        recorder: CallRecorder | None = None,
+        daily_cap: DailyCap | None = None,
     ) -> None:
         """Configure the client.
 
         Args:
-            api_key: Anthropic API key; never logged nor put in an error.
             model: Model name sent with every request.
-            base_url: API root; the SDK's default (or ``ANTHROPIC_BASE_URL``) when None.
+            api_key: The API key (required for Anthropic; optional for a local OpenAI-compatible
+                server); never logged nor put in an error.
+            base_url: API root; the SDK's default when None.
             timeout_s: Per-request timeout; a timed-out request is not retried.
             max_retries: Extra tries after an HTTP 429/5xx or a connection error.
-            price_per_mtok: (input, output) USD per million tokens for a model the
-                built-in table does not know.
+            price_per_mtok: (input, output) USD per million tokens for a model the built-in table
+                does not know (default: Sonnet's for Anthropic, nothing for other servers).
+            provider: ``anthropic`` or ``openai`` (any OpenAI-compatible server).
+            structured: ``auto`` (the server's JSON schema or JSON mode, falling back), ``json_object``
+                (JSON mode only) or ``prompt`` (the schema in the prompt only).
+            recorder: Keeps a record of every request.
+            daily_cap: Requests a day, shared by every client of the process.
 
         Raises:
-            ValueError: If the API key is empty, or a number is out of range.
+            ValueError: If the provider is unknown, Anthropic has no key, or a number is out of range.
         """
-        if not api_key or timeout_s <= 0 or max_retries < 0:
-            raise ValueError("need a non-empty api_key, timeout_s > 0 and max_retries >= 0")
-        self._api_key = api_key
+        if provider not in ("anthropic", "openai") or timeout_s <= 0 or max_retries < 0:
+            raise ValueError("need provider anthropic or openai, timeout_s > 0 and max_retries >= 0")
+        if provider == "anthropic" and not api_key:
+            raise ValueError("the Anthropic API needs a non-empty api_key")
+        self._api_key = api_key or ""
+        self.provider: Provider = provider
         self.model = model
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self._price = price_for(model, price_per_mtok)
+        self.structured = structured
+        self._price = price_for(model, price_per_mtok if price_per_mtok or provider == "anthropic" else (0.0, 0.0))
+        self._recorder = recorder
+        self._daily = daily_cap
         self._lock = threading.Lock()
         self._usage = LLMUsage()
-        self._sdk: anthropic.Anthropic | None = None
-        # The SDK is imported when a client is made (a key is configured), so that the first
-        # call's deadline is not spent importing it; a server without a key never imports it.
-        import anthropic  # noqa: F401
+        self._sdk: Transport | None = None
+        self._unsupported: set[OutputMode] = set()  # modes the server rejected
+        # The SDK is imported when a client is made (an LLM is configured), so that the first
+        # call's deadline is not spent importing it; a server without an LLM never imports it.
+        self._make = _transport_factory(provider)
 
     def __repr__(self) -> str:
         # Spelled out so that the API key can never reach a log through repr().
-        return f"LLMClient(model={self.model!r}, base_url={self.base_url!r}, timeout_s={self.timeout_s})"
+        return (f"LLMClient(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r}, "
+                f"timeout_s={self.timeout_s})")  # fmt: skip
 
     @property
     def usage(self) -> LLMUsage:
         """A snapshot of the running totals over every call made with this client."""
         with self._lock:
             return replace(self._usage)
+
+    def with_model(self, model: str) -> LLMClient:
+        """A client like this one for another model (the extraction model), sharing its recorder
+        and daily cap."""
+        return LLMClient(model=model, api_key=self._api_key or None, base_url=self.base_url, timeout_s=self.timeout_s,
+                         max_retries=self.max_retries, provider=self.provider, structured=self.structured,
+                         recorder=self._recorder, daily_cap=self._daily)  # fmt: skip
 
     def close(self) -> None:
         """Close the HTTP connection pool; the client reopens one if used again."""
@@ -211,55 +224,62 @@ class LLMClient:
 
     def complete_json(
         self, *, system: str, prompt: str, max_tokens: int = 1024, purpose: str = "",
-        deadline: float | None = None,
+        deadline: float | None = None, schema: type[BaseModel] | None = None,
     ) -> LLMReply:  # fmt: skip
-        """Send one prompt and parse the reply as JSON, repairing it once if needed.
+        """Send one prompt; parse the reply as JSON and validate it, repairing it once if needed.
 
         Args:
-            system: System prompt.
+            system: System prompt (it should carry the schema in words: a server may ignore
+                the structured-output parameter).
             prompt: The user message.
-            max_tokens: Cap on the reply's length.
-            purpose: Short label for logs and errors, e.g. ``rerank``; never the prompt.
-            deadline: A ``time.monotonic()`` instant no request, retry or repair may outlast
-                (each request waits at most what is left of it, and at most ``timeout_s``).
+            max_tokens: Cap on the reply's length (doubled for a repair of a cut-off reply).
+            purpose: Short label for logs, errors and the call record, e.g. ``rerank``.
+            deadline: A ``time.monotonic()`` instant no request, retry or repair may outlast.
+            schema: The model the reply must validate against (``LLMReply.value``).
 
         Returns:
             The parsed reply, with this call's usage and number of requests.
 
         Raises:
             LLMError: On a timeout or the deadline, an HTTP error that persisted through the
-                retries, a connection failure, an answer that is not a Messages API reply, or a
-                reply that was still not JSON after the repair.
+                retries, a connection failure, an answer that is not the API's, a cap reached,
+                or a reply still unusable after the repair.
         """
         usage = LLMUsage(calls=1)
         attempts = 0
+        wire_schema = response_schema(schema) if schema is not None else None
+        name = schema.__name__.strip("_") if schema is not None else "reply"
         messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
         try:
             for _ in range(2):  # the reply, then one repair round-trip
-                text, stop_reason, sent = self._send(system, messages, max_tokens, usage, deadline)
+                reply, sent, latency = self._send(system, messages, max_tokens, deadline, wire_schema, name, purpose)
                 attempts += sent
-                try:
-                    return LLMReply(data=extract_json(text), text=text, usage=usage, attempts=attempts)
-                except ValueError as err:
-                    error = _json_error(text, err, stop_reason)
-                # Show the model its own reply and ask for JSON only.
+                usage.input_tokens += reply.input_tokens
+                usage.output_tokens += reply.output_tokens
+                usage.cost_usd += (reply.input_tokens * self._price[0] + reply.output_tokens * self._price[1]) / 1e6
+                result_of, result = read_reply(reply, schema)
+                self._record(purpose, result_of, reply.input_tokens, reply.output_tokens, latency)
+                if result_of == "ok":
+                    data, value = result
+                    return LLMReply(data=data, text=reply.text, usage=usage, attempts=attempts, value=value)
+                error = result
+                if result_of == "truncated":
+                    max_tokens = min(max_tokens * 2, max(_MAX_REPAIR_TOKENS, max_tokens))
                 messages = [
                     *messages,
-                    {"role": "assistant", "content": text.strip() or "(empty reply)"},
+                    {"role": "assistant", "content": reply.text.strip() or "(empty reply)"},
                     {"role": "user", "content": _REPAIR_INSTRUCTION.format(error=error)},
                 ]
-            raise _CallFailed(f"malformed JSON in the reply, even after a repair ({error})", 0, "malformed")
-        except _CallFailed as failed:
+            raise CallFailed(f"malformed reply, even after a repair ({error})", 0, "malformed")
+        except CallFailed as failed:
             usage.failures = 1
-            logger.warning(
-                "LLM call%s failed after %d request(s): %s",
-                f" ({purpose})" if purpose else "", attempts + failed.attempts, self._redact(failed.cause),
-            )  # fmt: skip
+            logger.warning("LLM call%s failed after %d request(s): %s", f" ({purpose})" if purpose else "",
+                           attempts + failed.attempts, self._redact(failed.cause))  # fmt: skip
             label = f" for {purpose}" if purpose else ""
-            raise LLMError(
-                self._redact(f"LLM call{label} to {self.model} failed: {failed.cause}"),
-                hint=failed.hint,
-            ) from None
+            hint = HINTS[failed.kind].format(api=API_NAMES[self.provider])
+            code = "llm_capped" if failed.kind == "capped" else None
+            raise LLMError(self._redact(f"LLM call{label} to {self.model} failed: {failed.cause}"), hint=hint,
+                           code=code) from None
         finally:
             with self._lock:
                 self._usage.add(usage)
@@ -268,6 +288,9 @@ class LLMClient:
         self, requests: list[dict[str, Any]], *, max_in_flight: int = 6
     ) -> list[LLMReply | LLMError]:
         """Run several ``complete_json`` calls concurrently; never raises an ``LLMError``.
+
+        Each runs in a copy of the caller's context, so its requests count against the caller's
+        ``llm_scope``.
 
         Args:
             requests: Keyword arguments of ``complete_json``, one dict per call.
@@ -295,75 +318,109 @@ class LLMClient:
             except LLMError as err:
                 return err
 
+        contexts = [contextvars.copy_context() for _ in requests]  # one each: a context runs in one thread
         with ThreadPoolExecutor(max_workers=min(max_in_flight, len(requests)),
                                 thread_name_prefix="llm") as pool:  # fmt: skip
-            return list(pool.map(run, requests))
+            return list(pool.map(lambda pair: pair[0].run(run, pair[1]), zip(contexts, requests, strict=True)))
 
-    def _client(self) -> anthropic.Anthropic:
-        import anthropic  # here, not at import: it takes seconds, and most servers have no API key
+    # -- one request, with retries -----------------------------------------------------------
+
+    def _transport(self) -> Transport:
         with self._lock:
             if self._sdk is None:
-                # max_retries=0: retries are decided in _send (tenacity), where timeouts are excluded.
-                self._sdk = anthropic.Anthropic(
-                    api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0
-                )
+                self._sdk = self._make(api_key=self._api_key or None, base_url=self.base_url,
+                                       timeout_s=self.timeout_s)  # fmt: skip
             return self._sdk
 
     def _send(
-        self, system: str, messages: list[dict[str, str]], max_tokens: int, usage: LLMUsage,
-        deadline: float | None = None,
-    ) -> tuple[str, str | None, int]:  # fmt: skip
-        """One request with transport retries; adds the reply's tokens to ``usage``.
+        self, system: str, messages: list[dict[str, str]], max_tokens: int, deadline: float | None,
+        schema: dict[str, Any] | None, name: str, purpose: str,
+    ) -> tuple[WireReply, int, float]:  # fmt: skip
+        """One reply, with transport retries: (the reply, requests sent, its latency in ms).
 
-        Returns the reply's text, its stop reason and the number of requests sent; raises
-        ``_CallFailed`` when no reply could be had.
+        Raises:
+            CallFailed: When no reply could be had.
         """
-        import anthropic  # here, not at import: it takes seconds, and most servers have no API key
-        sdk = self._client()
+        transport = self._transport()
         sent = 0
         timeout = self.timeout_s
+        latency = 0.0
 
-        def request() -> object:
-            nonlocal sent, timeout
-            timeout = self._timeout(deadline, sent)
-            sent += 1
-            return sdk.messages.create(
-                model=self.model, system=system, messages=messages, max_tokens=max_tokens, timeout=timeout
-            )
+        def request() -> WireReply:
+            nonlocal sent, timeout, latency
+            while True:  # once more without a structured-output mode the server rejected
+                timeout = self._timeout(deadline, sent)
+                mode = self._mode(transport, schema)
+                self._reserve(purpose, sent)
+                sent += 1
+                started = time.perf_counter()
+                try:
+                    return transport.send(model=self.model, system=system, messages=messages, max_tokens=max_tokens,
+                                          timeout=timeout, mode=mode, schema=schema, schema_name=name)  # fmt: skip
+                except ProviderError as err:
+                    if not rejects_format(err, mode):
+                        self._record(purpose, outcome(err), 0, 0, _ms(started))
+                        raise
+                    self._record(purpose, "format_rejected", 0, 0, _ms(started))
+                    logger.info("the LLM server rejected structured output %s (%s); asking without it", mode,
+                                err.detail)  # fmt: skip
+                    with self._lock:
+                        self._unsupported.add(mode)
+                except Exception as err:  # noqa: BLE001 - whatever an SDK raises is no internal error here
+                    logger.warning("the %s client raised %s", self.provider, type(err).__name__, exc_info=True)
+                    self._record(purpose, "client", 0, 0, _ms(started))
+                    raise ProviderError("client", detail=type(err).__name__) from None
+                finally:
+                    latency = _ms(started)
 
         retrying = Retrying(
-            retry=retry_if_exception(_retryable),
-            wait=_backoff,
-            stop=stop_after_attempt(self.max_retries + 1) | _before_deadline(deadline),
+            retry=retry_if_exception(retryable),
+            wait=backoff,
+            stop=stop_after_attempt(self.max_retries + 1) | before_deadline(deadline),
             reraise=True,  # the last failure itself, to be told apart below
         )
         try:
-            message = retrying(request)
-        except anthropic.APITimeoutError:
-            # Subclass of APIConnectionError, so it must be caught first: never retried.
-            cut = " (the caller's deadline)" if timeout < self.timeout_s else ""
-            raise _CallFailed(f"timeout after {timeout:.3g} s{cut}", sent, "timeout") from None
-        except anthropic.APIStatusError as err:
-            # The API's own words help most (a bad model name, a rejected parameter); kept short.
-            detail = ": ".join(str(x)[:200] for x in (err.type, err.api_message) if x)
-            cause = f"HTTP {err.status_code}" + (f" ({detail})" if detail else "")
-            kind = "auth" if err.status_code in (401, 403) else "rejected"
-            kind = "transient" if err.status_code in _RETRYABLE_STATUS else kind
-            raise _CallFailed(f"{cause} after {sent} request(s)", sent, kind) from None
-        except anthropic.APIConnectionError:
-            raise _CallFailed(f"connection error after {sent} request(s)", sent, "connection") from None
-        except anthropic.AnthropicError as err:
-            raise _CallFailed(f"client error {type(err).__name__}", sent, "transient") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            # The SDK decodes a body declared as JSON itself and lets its decoding error through.
-            raise _CallFailed("the answer's body is not JSON", sent, "not_messages") from None
-        text, stop_reason, in_tok, out_tok = _message_parts(message)
-        if text is None:  # e.g. a body that is not JSON at all, which the SDK hands back as a string
-            raise _CallFailed("the answer is not a Messages API reply", sent, "not_messages")
-        usage.input_tokens += in_tok
-        usage.output_tokens += out_tok
-        usage.cost_usd += (in_tok * self._price[0] + out_tok * self._price[1]) / 1_000_000
-        return text, stop_reason, sent
+            return retrying(request), sent, latency
+        except ProviderError as err:
+            raise failure(err, sent, timeout, self.timeout_s) from None
+
+    def _mode(self, transport: Transport, schema: dict[str, Any] | None) -> OutputMode:
+        if self.structured == "prompt":
+            return "prompt"
+        with self._lock:
+            offered = [m for m in transport.modes(schema) if m not in self._unsupported]
+        if self.structured == "json_object":
+            offered = [m for m in offered if m == "json_object"]
+        return offered[0] if offered else "prompt"
+
+    def _reserve(self, purpose: str, sent: int) -> None:
+        """Count the next request against the caps, or fail the call (recorded, not sent)."""
+        scope = current_scope()
+        if scope is not None and not scope.reserve():
+            self._record(purpose, "capped", 0, 0, 0.0, sent=False)
+            raise CallFailed(f"over the cap of {scope.max_calls} LLM request(s) per {scope.tool} call"
+                              f"{f' ({scope.setting})' if scope.setting else ''}", sent, "capped")  # fmt: skip
+        if self._daily is not None and not self._daily.reserve():
+            if scope is not None:
+                scope.release()
+            self._record(purpose, "capped", 0, 0, 0.0, sent=False)
+            raise CallFailed(f"over the cap of {self._daily.limit} LLM requests a day "
+                              "(MNEMOPLAN_LLM_MAX_CALLS_PER_DAY)", sent, "capped")  # fmt: skip
+
+    def _record(self, purpose: str, outcome: str, tokens_in: int, tokens_out: int, latency_ms: float, *,
+                sent: bool = True) -> None:  # fmt: skip
+        if self._recorder is None:
+            return
+        scope = current_scope()
+        call = CallRecord(ts=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), provider=self.provider,
+                          model=self.model, purpose=purpose, tool=scope.tool if scope else "", outcome=outcome,
+                          input_tokens=tokens_in, output_tokens=tokens_out, latency_ms=round(latency_ms, 2),
+                          cost_usd=round((tokens_in * self._price[0] + tokens_out * self._price[1]) / 1e6, 8),
+                          sent=sent)  # fmt: skip
+        try:
+            self._recorder.record(call)
+        except Exception:  # noqa: BLE001 - a record lost is no reason to fail the call
+            logger.warning("an LLM call record was lost", exc_info=True)
 
     def _timeout(self, deadline: float | None, sent: int) -> float:
         """The next request's timeout: ``timeout_s``, or what is left before the deadline."""
@@ -371,73 +428,26 @@ class LLMClient:
             return self.timeout_s
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _CallFailed("no time left before the caller's deadline", sent, "deadline")
+            raise CallFailed("no time left before the caller's deadline", sent, "deadline")
         return min(self.timeout_s, left)
 
     def _redact(self, text: str) -> str:
         # Defence in depth: a proxy may echo request headers into an error body.
-        return text.replace(self._api_key, "[redacted]")
+        return text.replace(self._api_key, "[redacted]") if self._api_key else text
 
 
-def _retryable(exc: BaseException) -> bool:
-    """Worth another request: rate limiting, a failure on the API's side, or a connection that
-    failed (a timeout is not: the caller's time budget is spent)."""
-    import anthropic  # here, not at import: it takes seconds, and most servers have no API key
-    if isinstance(exc, anthropic.APIStatusError):
-        return exc.status_code in _RETRYABLE_STATUS
-    return isinstance(exc, anthropic.APIConnectionError) and not isinstance(exc, anthropic.APITimeoutError)
+def _transport_factory(provider: Provider) -> Callable[..., Transport]:
+    if provider == "openai":
+        from mnemoplan.inference.llm_openai import OpenAITransport
+
+        return OpenAITransport
+    from mnemoplan.inference.llm_anthropic import AnthropicTransport
+
+    return AnthropicTransport
 
 
-_exponential = wait_exponential(multiplier=_BACKOFF_S, max=_MAX_BACKOFF_S)
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
 
 
-def _backoff(state: RetryCallState) -> float:
-    """Seconds before the next request: the API's retry-after (up to the cap), else exponential."""
-    import anthropic  # here, not at import: it takes seconds, and most servers have no API key
-    failure = state.outcome.exception() if state.outcome is not None else None
-    if isinstance(failure, anthropic.APIStatusError):
-        retry_after = failure.response.headers.get("retry-after")
-        if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), _MAX_BACKOFF_S)
-            except ValueError:
-                pass  # an HTTP-date retry-after: keep our own backoff
-    return _exponential(state)
-
-
-def _before_deadline(deadline: float | None) -> Callable[[RetryCallState], bool]:
-    """A tenacity stop: no retry whose backoff would end past the caller's deadline."""
-
-    def passed(state: RetryCallState) -> bool:
-        return deadline is not None and time.monotonic() + state.upcoming_sleep >= deadline
-
-    return passed
-
-
-def _message_parts(message: object) -> tuple[str | None, str | None, int, int]:
-    """(text, stop reason, input tokens, output tokens) of a reply; text None when it is not a
-    Messages API reply. The SDK builds its models without validating them, so a JSON body of
-    another shape arrives as a ``Message`` with fields missing, or of other types."""
-    import anthropic  # here, not at import: it takes seconds, and most servers have no API key
-    content = getattr(message, "content", None)
-    if not isinstance(message, anthropic.types.Message) or not isinstance(content, list):
-        return None, None, 0, 0
-    texts = [getattr(block, "text", None) for block in content if getattr(block, "type", None) == "text"]
-    if not all(isinstance(t, str) for t in texts):
-        return None, None, 0, 0
-    stop_reason = getattr(message, "stop_reason", None)
-    counts = getattr(message, "usage", None)
-    tokens = []
-    for name in ("input_tokens", "output_tokens"):
-        value = getattr(counts, name, 0)
-        tokens.append(value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0)
-    return "".join(texts), stop_reason if isinstance(stop_reason, str) else None, tokens[0], tokens[1]
-
-
-def _json_error(text: str, err: ValueError, stop_reason: str | None) -> str:
-    if stop_reason == "max_tokens":
-        return "the reply was cut off at max_tokens"
-    if not text.strip():
-        return "the reply was empty"
-    return str(err)
-
+__all__ = ["LLMClient", "LLMReply", "LLMUsage", "extract_json", "price_for"]

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 JSON_ONLY = "Reply with one JSON object only: no prose, no code fences."
 
@@ -65,3 +65,42 @@ def describe(err: ValidationError) -> str:
     problems = [f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in err.errors()[:4]]
     more = err.error_count() - len(problems)
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+
+
+# JSON-schema keywords a structured-output mode may refuse (Anthropic's takes no numeric or
+# length bounds) and that say nothing the prompt's schema does not: left out of what is sent.
+_DROPPED = frozenset({"title", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                      "minLength", "maxLength", "minItems", "maxItems", "pattern", "format", "examples"})
+
+
+def response_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema a server's structured-output mode is given for a reply model.
+
+    References are inlined (local servers turn the schema into a grammar, and not every one
+    follows ``$ref``), objects with listed properties are closed (``additionalProperties:
+    false``), and keywords such modes refuse are dropped. An open map (``dict[str, X]``) stays
+    open: an API that cannot take one is then asked without the schema (``llm_anthropic``).
+
+    Args:
+        model: The pydantic model a reply must validate against.
+
+    Returns:
+        A self-contained JSON schema.
+    """
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return walk(defs[node["$ref"].rsplit("/", 1)[-1]])
+        out = {k: walk(v) for k, v in node.items() if k not in _DROPPED and k != "properties"}
+        if isinstance(node.get("properties"), dict):  # property names are kept whatever they are
+            out["properties"] = {name: walk(v) for name, v in node["properties"].items()}
+            out.setdefault("additionalProperties", False)
+        return out
+
+    return walk(schema)

@@ -1,8 +1,8 @@
 """The LLM as extractor: facts and procedures read from a stretch of conversation.
 
-Used in the background when an API key is configured; the deterministic rules still run
-on every message. A reply that does not parse (after the client's one repair) is an
-``LLMError``: the caller keeps the messages pending and retries later.
+Used in the background when an LLM is configured; the deterministic rules still run on
+every message. The client checks each reply against ``_Reply`` (one repair); one still
+unusable is an ``LLMError``: the caller keeps the messages pending and retries later.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, Field, ValidationError
+from typing import Any
 
-from mnemoplan.errors import LLMError
+from pydantic import BaseModel, Field, model_validator
+
 from mnemoplan.model import Record
 from mnemoplan.inference.llm import LLMClient, LLMUsage
-from mnemoplan.inference.llm_json import JSON_ONLY, describe
+from mnemoplan.inference.llm_json import JSON_ONLY
 
 EXTRACTOR_SYSTEM = (
     "You extract durable memories from a conversation: facts about people, their preferences, plans, "
@@ -52,7 +53,13 @@ class _Fact(BaseModel):
 
 
 class _Reply(BaseModel):
-    facts: list[_Fact] = Field(default_factory=list)
+    # Required: a fragment of a cut-off reply (one fact object) must not pass for "no facts".
+    facts: list[_Fact]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, data: Any) -> Any:
+        return {"facts": data} if isinstance(data, list) else data  # the list without its envelope
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ class LLMFactExtractor:
         """Facts of a stretch of conversation (one session, in order).
 
         Raises:
-            LLMError: the call failed or the reply does not match the schema.
+            LLMError: the call failed, or the reply did not match the schema even after a repair.
         """
         if not messages:
             return Extraction()
@@ -109,12 +116,9 @@ class LLMFactExtractor:
         ]
         reply = self._client.complete_json(
             system=EXTRACTOR_SYSTEM, prompt="Conversation:\n" + "\n".join(lines), max_tokens=self._max_tokens,
-            purpose="extract",
+            purpose="extract", schema=_Reply,
         )  # fmt: skip
-        try:
-            parsed = _Reply.model_validate(reply.data if isinstance(reply.data, dict) else {"facts": reply.data})
-        except ValidationError as err:
-            raise LLMError(f"LLM extraction reply does not match the schema: {describe(err)}") from None
+        parsed: _Reply = reply.value
         facts = []
         for fact in parsed.facts:
             kind = fact.kind if fact.kind in ("fact", "procedure") else "fact"

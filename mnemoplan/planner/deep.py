@@ -24,6 +24,7 @@ from typing import Any
 
 from mnemoplan.errors import InvalidPlan, LLMError
 from mnemoplan.inference.llm import LLMUsage
+from mnemoplan.inference.llm_calls import llm_scope
 from mnemoplan.search.base import widened
 from mnemoplan.model import (
     DeepSearchResult,
@@ -41,6 +42,7 @@ from mnemoplan.planner.confidence import no_match_context
 from mnemoplan.planner.deterministic import verbose_weight
 from mnemoplan.planner.fingerprint import plan_fingerprint
 from mnemoplan.planner.formatter import format_context
+from mnemoplan.planner.deep_merge import start_from_recall
 from mnemoplan.planner.executor import StepResult
 from mnemoplan.planner.llm.prompts import PLANNER_INSTRUCTIONS
 from mnemoplan.planner.llm.protocols import Evaluator, Expander, Planner, Replanner
@@ -75,6 +77,8 @@ class DeepConfig:
         candidate_pool: Fused candidates ranked.
         rerank_deadline_s: Time the reranker may take before the original order is kept.
         deadline_s: Time the whole search may take, LLM calls included (see the module's doc).
+        max_llm_calls: LLM requests one search may send (retries and repairs count); past it each
+            LLM step takes its rules' path with a warning. 0: no cap.
         round_decay: Weight of each round's signals relative to the round before. A revised
             plan adds what the first one missed without reshuffling what it found: at full
             weight, rules-only later rounds cost R@10 on LoCoMo, less the lower the weight,
@@ -96,6 +100,7 @@ class DeepConfig:
     entity_hops: int = 2
     keep_recall: int = 10
     found_share: float = 1.0
+    max_llm_calls: int = 0
 
 
 def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config: DeepConfig) -> QueryPlan:
@@ -118,44 +123,6 @@ def deep_plan(analysis: QueryAnalysis, base: QueryPlan, max_results: int, config
         steps.append(PlanStep(step_id="hier", index="hierarchical", weight=0.3,
                               rationale="answers spread over sessions"))  # fmt: skip
     return base.model_copy(update={"name": "deep", "steps": steps, "max_results": max_results})
-
-
-RRF_K = 5  # reciprocal ranks 1/(k + rank): a small k leans on the first places
-
-
-def _message_key(item: MemoryItem) -> str:
-    """A message and its passages are one answer (as ``recall.once_per_message`` shows them)."""
-    return item.derived_from[0] if item.kind == "passage" and item.derived_from else item.id
-
-
-def start_from_recall(recall: list[MemoryItem], found: list[MemoryItem], keep: int, share: float) -> list[MemoryItem]:
-    """Deep's answer, starting from recall's: recall's first items in place, as many as show
-    ``keep`` messages (a fact or a summary counts as the messages it came from), then
-    recall's other items and what deep's own steps found, by reciprocal ranks (deep's at
-    ``share`` of recall's). Without evidence of its own (a judge, a reranker) deep does not
-    reorder what recall put first: on agent conversations its own fusion ranked below recall's
-    (bench/README.md); what it adds is what recall did not find."""
-    out: list[MemoryItem] = []
-    shown: set[str] = set()  # the messages recall's first items show: a fact counts as its sources
-    for item in recall:
-        if len(shown) >= keep:
-            break
-        out.append(item)
-        shown.update(item.derived_from if item.kind != "passage" and item.derived_from else [_message_key(item)])
-    taken = {_message_key(i) for i in out}
-    score: dict[str, float] = {}
-    by_key: dict[str, MemoryItem] = {}
-    for weight, items in ((1.0, recall), (share, found)):
-        seen: set[str] = set()
-        for item in items:
-            key = _message_key(item)
-            if key in seen:
-                continue
-            seen.add(key)  # ranks are places in each list, the kept ones counted
-            if key not in taken:
-                score[key] = score.get(key, 0.0) + weight / (RRF_K + len(seen))
-                by_key.setdefault(key, item)  # recall's item first: its marks are the answer's
-    return out + [by_key[k] for k in sorted(score, key=lambda k: -score[k])]
 
 
 def _round_results(results: list[StepResult], round_no: int, decay: float = 1.0) -> list[StepResult]:
@@ -335,7 +302,21 @@ class DeepSearch:
         plan: QueryPlan | None = None,
         reference_time: datetime | None = None,
     ) -> DeepSearchResult:
-        """Search until the evaluator is satisfied or the rounds run out; a caller plan runs once, exactly."""
+        """Search until the evaluator is satisfied or the rounds run out; a caller plan runs once, exactly.
+
+        Every LLM request it makes counts against one ``llm_scope`` (``max_llm_calls``)."""
+        with llm_scope("deep_memory_search", self.config.max_llm_calls, "MNEMOPLAN_LLM_MAX_CALLS_PER_SEARCH"):
+            return self._run(query, scope, max_results=max_results, plan=plan, reference_time=reference_time)
+
+    def _run(
+        self,
+        query: str,
+        scope: Scope,
+        *,
+        max_results: int,
+        plan: QueryPlan | None = None,
+        reference_time: datetime | None = None,
+    ) -> DeepSearchResult:
         started = time.perf_counter()
         run = _Run(deadline=time.monotonic() + self.config.deadline_s, budget_s=self.config.deadline_s)
         now = reference_time or datetime.now(UTC)

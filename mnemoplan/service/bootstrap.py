@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from mnemoplan.config import Settings
@@ -31,6 +31,8 @@ from mnemoplan.planner.deep import DeepConfig, DeepSearch, LLMParts
 from mnemoplan.planner.llm.expander import LLMExpander
 from mnemoplan.planner.executor import PlanExecutor
 from mnemoplan.inference.llm import LLMClient
+from mnemoplan.inference.llm_calls import DailyCap, MemoryRecorder
+from mnemoplan.service.llm_log import LLMCallLog
 from mnemoplan.planner.llm.evaluator import LLMEvaluator
 from mnemoplan.ingest.llm_extractor import LLMFactExtractor
 from mnemoplan.planner.llm.planner import LLMPlanner, LLMReplanner
@@ -128,12 +130,14 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         store, embedder.embed, embed_with_tokens=tokens.embed_with_tokens if tokens is not None else None,
         sentences=sentences,
     )
-    client = llm_client(settings)
+    llm_setup = build_llm(settings, writable=not store.read_only)
+    client = llm_setup.client if llm_setup is not None else None
     extraction = None
-    if client is not None and not store.read_only:
+    if llm_setup is not None and not store.read_only:
         extraction = BackgroundExtraction(
-            ingestor, store.log.get, LLMFactExtractor(client).extract, settings.data_dir / "extraction.json",
-            every=settings.llm_extraction_every,
+            ingestor, store.log.get, LLMFactExtractor(llm_setup.extraction).extract,
+            settings.data_dir / "extraction.json", every=settings.llm_extraction_every,
+            max_calls=settings.llm_max_calls_per_remember,
         )  # fmt: skip
     deferred = None
     # On a shared log a write is acknowledged once in the log, not in this server's inbox (a machine
@@ -177,7 +181,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
     # built, not within the build: dateparser's warm-up (compiling its time-zone patterns) was most
     # of the build, and a first call need not wait for it.
     threading.Thread(target=warm_up_dates, name="mnemoplan-dates", daemon=True).start()
-    return MemoryService(
+    service = MemoryService(
         deferred=deferred,
         store=store,
         embedder=embedder,
@@ -190,6 +194,9 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
         extraction=extraction,
     )
+    if llm_setup is not None:  # extraction first: a run under way must not find its client closed
+        service.on_close.append(lambda: (extraction.close() if extraction is not None else None, llm_setup.close()))
+    return service
 
 
 def open_tokens(settings: Settings) -> TokenStore:
@@ -213,16 +220,59 @@ def settings_embedding(settings: Settings) -> EmbeddingModel:
     )
 
 
-def llm_client(settings: Settings) -> LLMClient | None:
-    """The one LLM client every LLM part shares, when an API key is configured."""
-    if not settings.llm_enabled or settings.anthropic_api_key is None:
+# --- the LLM (issue 41): providers, the call log, caps -----------------------------------------
+
+
+@dataclass
+class LLMSetup:
+    """The LLM clients of a service and the log of their requests.
+
+    Attributes:
+        client: Planning, judging, expanding and reranking.
+        extraction: remember's extraction: ``client``, or one for the smaller model named.
+        calls: Where every request is recorded.
+    """
+
+    client: LLMClient
+    extraction: LLMClient
+    calls: LLMCallLog | MemoryRecorder
+
+    def close(self) -> None:
+        """Close the clients' connection pools."""
+        self.client.close()
+        if self.extraction is not self.client:
+            self.extraction.close()
+
+
+def build_llm(settings: Settings, *, writable: bool = True) -> LLMSetup | None:
+    """The LLM clients Settings configure (None without an LLM): one provider, its model, and a
+    second model for extraction when one is named; every request recorded under
+    ``<data_dir>/llm_calls`` (in memory only when the directory cannot be written) and counted
+    against one daily cap."""
+    provider = settings.llm_in_use
+    if provider is None:
         return None
-    return LLMClient(
-        api_key=settings.anthropic_api_key.get_secret_value(),
-        model=settings.llm_model,
-        base_url=settings.anthropic_base_url,
-        timeout_s=settings.llm_timeout_s,
-    )
+    calls: LLMCallLog | MemoryRecorder = LLMCallLog(settings.data_dir / "llm_calls") if writable else MemoryRecorder()
+    daily = DailyCap(settings.llm_max_calls_per_day, calls.sent_today() if isinstance(calls, LLMCallLog) else 0)
+    client = LLMClient(
+        provider=provider, api_key=settings.llm_key, model=settings.llm_model_in_use,
+        base_url=settings.llm_base_url_in_use, timeout_s=settings.llm_timeout_s, max_retries=settings.llm_max_retries,
+        price_per_mtok=settings.llm_price_per_mtok, structured=settings.llm_structured_output, recorder=calls,
+        daily_cap=daily,
+    )  # fmt: skip
+    named = settings.llm_extraction_model
+    extraction = client.with_model(named) if named and named != client.model else client
+    return LLMSetup(client=client, extraction=extraction, calls=calls)
+
+
+def llm_client(settings: Settings) -> LLMClient | None:
+    """The one LLM client the planning parts share, when an LLM is configured (its requests kept
+    in memory only: ``build_llm`` is what a service uses)."""
+    setup = build_llm(settings, writable=False)
+    return setup.client if setup is not None else None
+
+
+# -----------------------------------------------------------------------------------------------
 
 
 def deep_config(settings: Settings) -> DeepConfig:
@@ -234,6 +284,7 @@ def deep_config(settings: Settings) -> DeepConfig:
         recency_half_life_days=settings.deep_recency_half_life_days,
         rerank_deadline_s=settings.deep_rerank_deadline_s,
         deadline_s=settings.deep_deadline_s,
+        max_llm_calls=settings.llm_max_calls_per_search,
     )
 
 
@@ -264,6 +315,7 @@ def llm_parts(settings: Settings, client: LLMClient | None) -> LLMParts:
     """
     if client is None:
         return LLMParts(reranker=cross_encoder(settings))
-    reranker = LLMReranker(client) if settings.llm_rerank else cross_encoder(settings)
+    reranker = LLMReranker(client, max_calls=settings.llm_max_calls_per_search) if settings.llm_rerank \
+        else cross_encoder(settings)  # fmt: skip
     return LLMParts(planner=LLMPlanner(client), evaluator=LLMEvaluator(client), replanner=LLMReplanner(client),
                     reranker=reranker, expander=LLMExpander(client) if settings.llm_expand else None)  # fmt: skip

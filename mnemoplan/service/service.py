@@ -155,8 +155,6 @@ class MemoryService:
         self.store.wait_for_writes(user)
         return user
 
-    def _waiting_warnings(self, user: str) -> list[str]:  # while the user's accepted messages cannot be stored
-        return self.deferred.warnings(user) if self.deferred is not None else []
 
     def settle(self) -> None:
         """Wait until every accepted message is stored and searchable (benchmarks, shutdown)."""
@@ -255,7 +253,7 @@ class MemoryService:
                 self.deferred.wait(user)
                 self.extraction.note(user, session, [], flush=True)
             return RememberResult(user_id=user, session_id=session, ids=ids, stored=len(ids) - duplicates,
-                                  duplicates=duplicates, derived=0, warnings=self._waiting_warnings(user))  # fmt: skip
+                                  duplicates=duplicates, derived=0, warnings=self._notices(user))  # fmt: skip
         if self.deferred is not None:
             self.deferred.wait(user)  # in order after the user's accepted calls
         result = self.ingestor.ingest(user, memories, session_id=session, project_id=project, progress=progress)
@@ -269,8 +267,14 @@ class MemoryService:
             stored=len(result.ids) - result.duplicates,
             duplicates=result.duplicates,
             derived=result.derived,
-            warnings=result.warnings,
+            warnings=[*result.warnings, *self._notices(user)],
         )
+
+    def _notices(self, user: str, *, llm: bool = True) -> list[str]:
+        """While the user's accepted messages cannot be stored, and (``llm``) how their LLM extraction
+        degraded since their last remember, each told once."""
+        waiting = self.deferred.warnings(user) if self.deferred is not None else []
+        return waiting + (self.extraction.take_notices(user) if llm and self.extraction is not None else [])
 
     @storage_errors("recall")
     def recall(
@@ -303,17 +307,13 @@ class MemoryService:
         after, before = self._window(time_range)
         scope = Scope(user, check_scope(project_id, what="project_id"), after, before,
                       outside_session=self._own_session(session_id, include_session))  # fmt: skip
-        if history and (len(history) > 50 or any(not isinstance(h, str) for h in history)):
-            raise InvalidInput("history takes at most 50 strings (the last turns of the conversation).")
-        for i, turn in enumerate(history or []):
-            check_text(turn, what=f"history[{i}]", max_chars=self.limits.max_text_chars,
-                       hint="Send the turn shortened, or raise MNEMOPLAN_MAX_TEXT_CHARS.")
+        self.limits.check_history(history)
         if self.deferred is not None:  # an attribute question reads the facts of what waits
             self.deferred.wait_for_facts(scope, query)
         now = as_utc(reference_time) if reference_time is not None else None  # naive is UTC, as in the models
         result = self._logged("recall", user, query, lambda: self.recall_pipeline.run(
             query, scope, limit=limit, reference_time=now, options=options, history=history))  # fmt: skip
-        return result.model_copy(update={"warnings": result.warnings + self._waiting_warnings(user)})
+        return result.model_copy(update={"warnings": result.warnings + self._notices(user, llm=False)})
 
     @storage_errors("deep_memory_search")
     def deep_search(

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, model_validator
 
-from mnemoplan.errors import LLMError
 from mnemoplan.model import MemoryItem, QueryAnalysis, QueryPlan, StepReport
 from mnemoplan.planner.evaluate import Evaluation
 from mnemoplan.planner.fingerprint import normalise
 from mnemoplan.inference.llm import LLMClient
-from mnemoplan.inference.llm_json import JSON_ONLY, describe
+from mnemoplan.inference.llm_json import JSON_ONLY
 from mnemoplan.planner.llm.prompts import analysis_json, clamp, compact, item_line
 
 MAX_ITEMS = 20
@@ -38,6 +38,13 @@ class _EvaluationReply(BaseModel):
     diagnosis: str = ""
     step_assessments: list[_StepAssessment] = []
     suggested_changes: list[str] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "step_assessments" not in data and "steps" in data:
+            return {**data, "step_assessments": data["steps"]}  # a common slip, harmless to accept
+        return data
 
 
 class LLMEvaluator:
@@ -78,8 +85,8 @@ class LLMEvaluator:
             The evaluation, with only assessments of the plan's own steps.
 
         Raises:
-            LLMError: When the call fails or the reply does not match the schema; the caller
-                falls back to the deterministic evaluator.
+            LLMError: When the call fails or the reply does not match the schema, even after a
+                repair; the caller falls back to the deterministic evaluator.
         """
         reports = {s.step_id: s for s in steps if s.round == round_no} or {s.step_id: s for s in steps}
         lines = [f"Query: {json.dumps(query, ensure_ascii=False)}", f"Analysis: {analysis_json(analysis)}",
@@ -95,18 +102,9 @@ class LLMEvaluator:
         lines.extend(item_line(item) for item in shown)
         reply = self._client.complete_json(
             system=EVALUATOR_SYSTEM, prompt="\n".join(lines), max_tokens=self._max_tokens, purpose="evaluate",
-            deadline=deadline,
+            deadline=deadline, schema=_EvaluationReply,
         )
-        data = reply.data
-        if isinstance(data, dict) and "step_assessments" not in data and "steps" in data:
-            data = {**data, "step_assessments": data["steps"]}  # a common slip, harmless to accept
-        try:
-            parsed = _EvaluationReply.model_validate(data)
-        except ValidationError as err:
-            raise LLMError(
-                f"LLM evaluation reply does not match the schema: {describe(err)}",
-                hint="The deterministic evaluator is used instead.",
-            ) from None
+        parsed: _EvaluationReply = reply.value
         known = {s.step_id for s in plan.steps}
         return Evaluation(
             sufficient=parsed.sufficient,

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from mnemoplan.errors import LLMError
 from mnemoplan.model import QueryAnalysis
 from mnemoplan.inference.llm import LLMClient
-from mnemoplan.inference.llm_json import JSON_ONLY, describe
+from mnemoplan.inference.llm_json import JSON_ONLY
 from mnemoplan.planner.llm.prompts import analysis_json
 from mnemoplan.planner.llm.protocols import Expansion
 
@@ -54,21 +53,15 @@ class LLMExpander:
         must come by.
 
         Raises:
-            LLMError: the call failed or the reply does not match the schema; the caller
-                searches with the query alone and says so.
+            LLMError: the call failed or the reply did not match the schema, even after a repair;
+                the caller searches with the query alone and says so.
         """
         prompt = f"Query: {json.dumps(query, ensure_ascii=False)}\nAnalysis: {analysis_json(analysis)}"
         reply = self._client.complete_json(
             system=EXPANDER_SYSTEM, prompt=prompt, max_tokens=self._max_tokens, purpose="expand",
-            deadline=deadline,
+            deadline=deadline, schema=_ExpansionReply,
         )
-        try:
-            parsed = _ExpansionReply.model_validate(reply.data)
-        except ValidationError as err:
-            raise LLMError(
-                f"LLM expansion reply does not match the schema: {describe(err)}",
-                hint="The search runs with the query alone.",
-            ) from None
+        parsed: _ExpansionReply = reply.value
         return Expansion(
             rewrite=" ".join(parsed.rewrite.split())[:MAX_CHARS],
             hypothetical=" ".join(parsed.hypothetical.split())[:MAX_CHARS],

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 import time
+from contextlib import nullcontext
 from typing import Any
+
+from pydantic import BaseModel, model_validator
 
 from mnemoplan.errors import LLMError
 from mnemoplan.inference.llm import LLMClient, LLMReply, LLMUsage
+from mnemoplan.inference.llm_calls import current_scope, llm_scope
 from mnemoplan.model import MemoryItem
 from mnemoplan.planner.rerank.base import RerankOutcome, blend, order_kept
 
@@ -19,6 +24,22 @@ RERANK_SYSTEM = (
 )
 _ID_CHARS = 8
 _MAX_ITEM_CHARS = 300
+# A request ends (and sends no retry or repair) this long after the rerank gave up on it: past
+# the rerank's own wait, so that the rerank, not the request, says the time ran out.
+_STRAGGLER_S = 1.0
+
+
+class _Scores(BaseModel):
+    """Scores by id; each value is read on its own (``_read_scores``), a bad one skipped."""
+
+    scores: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_map(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not isinstance(data.get("scores"), dict):
+            return {"scores": data}  # the map without its envelope
+        return data
 
 
 class LLMReranker:
@@ -30,6 +51,8 @@ class LLMReranker:
         max_in_flight: Most requests at the same time.
         veto_floor: Items rated below ``veto_floor * 10`` go last.
         weight: Exponent of the relevance multiplier.
+        max_calls: LLM requests one rerank may send when no tool call's cap is in force (a recall's
+            rerank; a deep search's counts against its own); 0 for no cap.
 
     Raises:
         ValueError: If a number is out of range.
@@ -43,6 +66,7 @@ class LLMReranker:
         max_in_flight: int = 6,
         veto_floor: float = 0.1,
         weight: float = 1.0,
+        max_calls: int = 0,
     ) -> None:
         if batch_size < 1 or max_in_flight < 1 or not 0.0 <= veto_floor <= 1.0 or weight < 0:
             raise ValueError("need batch_size >= 1, max_in_flight >= 1, 0 <= veto_floor <= 1 and weight >= 0")
@@ -51,6 +75,7 @@ class LLMReranker:
         self.max_in_flight = max_in_flight
         self.veto_floor = veto_floor
         self.weight = weight
+        self.max_calls = max_calls
 
     def rerank(
         self, query: str, items: list[MemoryItem], *, deadline_s: float, user_id: str = ""
@@ -73,10 +98,13 @@ class LLMReranker:
         keyed = [_short_keys([items[i].id for i in batch]) for batch in batches]
         requests = [
             {"system": RERANK_SYSTEM, "prompt": _prompt(query, [items[i] for i in batch], keys),
-             "max_tokens": 32 + 12 * len(batch), "purpose": "rerank"}
+             "max_tokens": 32 + 12 * len(batch), "purpose": "rerank", "schema": _Scores,
+             "deadline": started + deadline_s + _STRAGGLER_S}
             for batch, keys in zip(batches, keyed, strict=True)
         ]  # fmt: skip
-        replies = self._send(requests, deadline_s - (time.monotonic() - started))
+        own = current_scope() is None  # a recall's rerank: a tool call of its own
+        with llm_scope("recall", self.max_calls, "MNEMOPLAN_LLM_MAX_CALLS_PER_SEARCH") if own else nullcontext():
+            replies = self._send(requests, deadline_s - (time.monotonic() - started))
         if replies is None:
             return order_kept(items, deadline_s, batches=len(batches), usage=LLMUsage(calls=len(batches)))
         outcome = RerankOutcome(items=[], batches=len(batches))
@@ -117,7 +145,9 @@ class LLMReranker:
 
         # A daemon thread: on a timeout the stragglers finish (bounded by the client's timeout)
         # without holding up the caller or the interpreter's exit.
-        threading.Thread(target=run, name="mnemoplan-rerank", daemon=True).start()
+        # In the caller's context: its requests count against the caller's scope.
+        threading.Thread(target=contextvars.copy_context().run, args=(run,), name="mnemoplan-rerank",
+                         daemon=True).start()  # fmt: skip
         if not done.wait(budget_s):
             return None
         if "error" in box:
@@ -161,10 +191,7 @@ def _prompt(query: str, items: list[MemoryItem], keys: list[str]) -> str:
 
 def _read_scores(reply: LLMReply, keys: list[str]) -> dict[int, float]:
     """Relevance by position in the batch, from ``{"scores": {...}}`` or a bare id map."""
-    data = reply.data
-    scores = data.get("scores", data) if isinstance(data, dict) else None
-    if not isinstance(scores, dict):
-        return {}
+    scores = reply.value.scores if isinstance(reply.value, _Scores) else {}
     position = {key: pos for pos, key in enumerate(keys)}
     out: dict[int, float] = {}
     for raw_key, raw_value in scores.items():
