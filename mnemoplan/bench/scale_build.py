@@ -183,8 +183,8 @@ def build_users(service: MemoryService, plans: list[UserPlan], sources: list[Con
             stored += result.stored
             calls += 1
             progress.advance(position + len(messages) - max(position, done))
-        if calls and calls % 50 == 0:
-            service.settle()  # what waits stays bounded (the worker's queue holds the texts)
+            if calls % 200 == 0:
+                service.settle()  # what waits stays bounded (the worker's queue holds the texts)
     service.settle()
     seconds = time.perf_counter() - started
     progress.close()

@@ -135,6 +135,7 @@ class Deleter:
                 report.per_store["log"] = self._log.count(RecordFilter(user_id))
                 self._log.delete_user(user_id)
                 self._bm25.drop_user(user_id)
+                self._overlays.forget_unindexed(user_id)
                 report.per_store["bm25"] = report.per_store["log"]
                 report.per_store["graph"] = self._graph.drop_user(keys.user) if keys else 0
                 self._log.drop_user_salt(user_id)
@@ -219,6 +220,7 @@ class Deleter:
             self._recontext(user_id, successors, prev_of, gone)
         # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
         report.per_store["bm25"] = self._bm25.delete(user_id, ids)
+        self._overlays.forget_unindexed(user_id, ids)
         self._forgotten(user_id)
 
     def _reopen(self, user_id: str, gone: set[str], replaced_by: dict[str, str]) -> None:

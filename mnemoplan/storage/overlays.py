@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -63,6 +63,11 @@ class OverlayWriter:
         self._flush_lock = threading.RLock()
         self._closing = False
         self.failures: list[str] = []
+        # Per user, the BM25 documents queued or added and not yet committed (searchable only
+        # after a commit): read by ``unindexed``, so a search need not wait for the queue.
+        self._unindexed: dict[str, dict[str, BM25Doc]] = {}
+        self._added: dict[str, set[str]] = {}  # of those, the ones in the index's writer already
+        self._docs_lock = threading.Lock()
 
     # -- the queue ---------------------------------------------------------------------
 
@@ -103,13 +108,26 @@ class OverlayWriter:
 
     # -- writes ------------------------------------------------------------------------
 
+    def unindexed(self, user_id: str) -> list[BM25Doc]:
+        """The user's BM25 documents written to the log and not yet searchable in the index (queued,
+        or added and not committed): a search scores them itself rather than wait for a flush."""
+        with self._docs_lock:
+            return list(self._unindexed.get(user_id, {}).values())
+
     def add(self, user_id: str, intent: Intent, docs: list[BM25Doc], nodes: list[GraphRecord]) -> None:
-        """Queue new records' overlay entries; they become searchable at the next flush."""
+        """Queue new records' overlay entries; they become searchable in the index at the next
+        flush, and by ``unindexed`` until then."""
+        with self._docs_lock:
+            self._unindexed.setdefault(user_id, {}).update((d.id, d) for d in docs)
 
         def job() -> None:
             try:
                 self._bm25.add(docs, commit=False)
+                with self._docs_lock:
+                    self._added.setdefault(user_id, set()).update(d.id for d in docs)
             except Exception:
+                with self._docs_lock:  # the repair below rebuilds them into the index
+                    self._drop_unindexed(user_id, [d.id for d in docs])
                 # The nodes still pending first: the repair adds this intent's nodes with their edges
                 # to earlier records (the turn before, the messages a summary was made of), which
                 # Kùzu only creates between records already in the graph.
@@ -127,6 +145,8 @@ class OverlayWriter:
         pending writes. Like an add's, the intent is closed by the flush that commits the BM25
         delete: a crash before it leaves the intent to start-up repair, not a document that
         outlives its record."""
+
+        self.forget_unindexed(user_id, ids)
 
         def job() -> None:
             self._flush_now(user_id)
@@ -187,9 +207,27 @@ class OverlayWriter:
                 for intent in pending.intents:
                     self._repair(intent)
             self._bm25.commit(user_id)
+            with self._docs_lock:
+                self._drop_unindexed(user_id, self._added.pop(user_id, set()))
             self._last_flush[user_id] = time.monotonic()
             for intent in pending.intents:
                 self._journal.done(intent)
+
+    def _drop_unindexed(self, user_id: str, ids: Iterable[str]) -> None:
+        docs = self._unindexed.get(user_id)
+        if docs is not None:
+            for rid in ids:
+                docs.pop(rid, None)
+            if not docs:
+                del self._unindexed[user_id]
+
+    def forget_unindexed(self, user_id: str, ids: Iterable[str] | None = None) -> None:
+        """Records deleted from the log: not searchable as waiting documents either (all of the user's: None)."""
+        with self._docs_lock:
+            if ids is None:
+                self._unindexed.pop(user_id, None)
+            else:
+                self._drop_unindexed(user_id, ids)
 
     # -- readers and shutdown ----------------------------------------------------------
 

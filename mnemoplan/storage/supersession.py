@@ -105,15 +105,15 @@ class Supersession:
         return len(closing)
 
     def _naming(self, user_id: str, values: list[str], most: int = 5_000) -> list[str] | None:
-        """Ids of the user's records whose words include a word of one of ``values`` (BM25, once the
-        user's writes are in it); None (read them all) when a value has no word BM25 keeps, or too
-        many records match to list."""
-        self._overlays.flush(user_id)
+        """Ids of the user's records whose words include a word of one of ``values`` (BM25, its
+        documents not yet committed included); None (read them all) when a value has no word BM25
+        keeps, or too many records match to list."""
+        waiting = self._overlays.unindexed(user_id)  # written, not yet committed to the index: scored here
         found: dict[str, None] = {}
         for value in values:
             text = " ".join([value, *value_terms(value)])
             hits = self._bm25.search(user_id, text, most) if self._bm25.terms(text) else None
             if hits is None or len(hits) >= most:
                 return None
-            found.update((rid, None) for rid, _ in hits)
+            found.update((rid, None) for rid, _ in [*hits, *self._bm25.score_unindexed(user_id, text, waiting)])
         return list(found)
