@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -44,8 +45,10 @@ def is_name_word(word: str) -> bool:
     return re.fullmatch(r"[A-Z][a-zA-Z-]*", word) is not None and word.lower() not in _NOT_NAMES
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def entity_key(name: str) -> str:
-    """Normalise a name to its key: lowercase, accents folded, punctuation to '-'.
+    """Normalise a name to its key: lowercase, accents folded, punctuation to '-' (cached: a
+    question's analysis keys every alias of the user's entities again whenever one was added).
 
     ``"José García"``, ``"jose garcia"`` and ``"José-García"`` share the key ``jose-garcia``.
     """

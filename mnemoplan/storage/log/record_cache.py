@@ -57,12 +57,18 @@ class RecordCache:
         with self._lock:
             return user_id in self._whole
 
-    def put_new(self, records: list[Record]) -> None:
-        """Records just written, kept for the users held whole (so they stay whole)."""
+    def holds_any_whole(self) -> bool:
+        """True if some user's records are held whole."""
+        with self._lock:
+            return bool(self._whole)
+
+    def put_new(self, records: list[Record], epoch: int | None = None) -> None:
+        """Records just written (or rewritten and read back since ``epoch``), kept for the users
+        held whole (so they stay whole)."""
         with self._lock:
             kept = [rec for rec in records if rec.user_id in self._whole]
         if kept:
-            self.put(kept)
+            self.put(kept, epoch)
 
     def put(self, records: list[Record], epoch: int | None = None, *, whole_user: str | None = None) -> bool:
         """Remember records just read (unless an eviction came since ``epoch``); True if kept.

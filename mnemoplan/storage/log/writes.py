@@ -138,6 +138,19 @@ class LogWriter:
                 yield
             finally:
                 self._drop_cached(ids, vectors, user_id)
+        if ids:
+            self._refill(ids)
+
+    def _refill(self, ids: list[str]) -> None:
+        """Read rewritten records back into the cache for the users it holds whole: the writer
+        pays the read once, not the next recall (a read by id is ~10 ms on a store of many small
+        appends, most of a recall right after a remember)."""
+        if not self._cache.holds_any_whole() or self._tables.records is None:
+            return
+        epoch = self._cache.epoch()
+        rows = [row for start in range(0, len(ids), 500)
+                for batch in self._scan(sql_in("id", ids[start : start + 500]), META_COLUMNS) for row in batch]  # fmt: skip
+        self._cache.put_new([row_to_record(row) for row in rows], epoch)
 
     def _drop_cached(self, ids: list[str] | None, vectors: bool, user_id: str | None) -> None:
         self._cache.evict(ids, user_id if ids is None else None)  # no ids: all of that user's, or everyone's
