@@ -1402,3 +1402,29 @@ def test_a_users_lock_lives_only_while_it_is_held_or_awaited() -> None:
         order.append("ann 1")
     second.join(timeout=5)
     assert order == ["ben", "ann 1", "ann 2"] and len(locks) == 0
+
+
+def test_what_is_held_per_user_is_bounded_and_read_again_when_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemoplan.planner import analyzer
+    from mnemoplan.storage import bookkeeping
+
+    monkeypatch.setattr(bookkeeping, "USERS_HELD", 2)
+    monkeypatch.setattr(bookkeeping, "SESSIONS_HELD", 2)
+    monkeypatch.setattr(analyzer, "ALIAS_MAPS", 2)
+    svc = make_service(tmp_path / "data")
+    try:
+        first = {u: svc.remember(content=f"{u} keeps a ferret called Marmaduke", user_id=u, session_id="s").ids
+                 for u in ("u0", "u1", "u2", "u3", "u4")}  # fmt: skip
+        for u in first:
+            assert [i.id for i in svc.recall("Marmaduke the ferret", user_id=u).items][:1] == first[u]
+        bookkeeping_ = svc.store.bookkeeping
+        assert bookkeeping_.loaded_ledger("u0") is None  # dropped for users used since
+        again = svc.remember(content="u0 keeps a ferret called Marmaduke", user_id="u0", session_id="s")
+        assert again.ids == first["u0"] and again.stored == 0  # the ledger read again knows it
+        later = svc.remember(content="u0 walks Marmaduke at dawn", user_id="u0", session_id="s")
+        assert later.stored == 1
+        assert {i.id for i in svc.recall("Marmaduke", user_id="u0").items} >= {*first["u0"], *later.ids}
+    finally:
+        svc.close()

@@ -8,14 +8,19 @@ alias, case or accent), and which time window a time expression denotes.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
+from cachetools import LRUCache
+
 from mnemoplan.extract.names import entity_key, extract_names
 from mnemoplan.extract.times import find_times
 from mnemoplan.model import AnswerType, EntityRef, QueryAnalysis, TimeWindow
+
+ALIAS_MAPS = 1_024  # users whose alias maps stay built (as many as the store holds catalogs of)
 
 _SMALLTALK_WORDS = frozenset(
     """
@@ -162,12 +167,15 @@ class QueryAnalyzer:
         self._catalog = catalog
         # Per user: the catalog a map was built from, its version then, and the map. A rebuilt
         # catalog (after a forget) is a new object whose version restarts, so both are compared.
-        self._aliases: dict[str, tuple[Catalog, int, dict[str, str]]] = {}
+        # Bounded: a map holds its catalog, which the store may have dropped for other users.
+        self._aliases: LRUCache[str, tuple[Catalog, int, dict[str, str]]] = LRUCache(ALIAS_MAPS)
+        self._held = threading.Lock()  # an LRU's read reorders it
 
     def _alias_map(self, user_id: str) -> tuple[Catalog, dict[str, str]]:
         """alias key -> entity key, rebuilt when the catalog changes."""
         catalog = self._catalog(user_id)
-        cached = self._aliases.get(user_id)
+        with self._held:
+            cached = self._aliases.get(user_id)
         if cached is not None and cached[0] is catalog and cached[1] == catalog.version:
             return catalog, cached[2]
         mapping: dict[str, str] = {}
@@ -175,7 +183,8 @@ class QueryAnalyzer:
             mapping.setdefault(key, key)
             for surface in info.aliases:
                 mapping.setdefault(entity_key(surface), key)
-        self._aliases[user_id] = (catalog, catalog.version, mapping)
+        with self._held:
+            self._aliases[user_id] = (catalog, catalog.version, mapping)
         return catalog, mapping
 
     def resolve_entities(self, query: str, user_id: str) -> list[EntityRef]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from cachetools import LRUCache
 
 from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
@@ -15,6 +16,12 @@ from mnemoplan.storage.log.table import LanceLog
 
 # A session's last stored message, with its embedding: the previous turn of the next one.
 LastTurn = tuple[Record, np.ndarray]
+
+# Users whose ledgers and catalogs stay in memory, and sessions whose last turn does: the least
+# recently used go first and are read from the log again at their next use, so a server's memory
+# is bounded by the users it serves at once, not by every user it ever served.
+USERS_HELD = 1_024
+SESSIONS_HELD = 8_192
 
 
 class WriteBookkeeping:
@@ -31,30 +38,35 @@ class WriteBookkeeping:
         self._log = log
         self._counts = counts
         self._write_lock = write_lock
-        self._ledgers: dict[str, UserLedger] = {}
-        self._last: dict[tuple[str, str], LastTurn] = {}
-        self.catalogs = CatalogCache(self._load_catalog)
+        self._ledgers: LRUCache[str, UserLedger] = LRUCache(USERS_HELD)
+        self._last: LRUCache[tuple[str, str], LastTurn] = LRUCache(SESSIONS_HELD)
+        self._held = threading.Lock()  # a leaf lock over both (an LRU's read reorders it)
+        self.catalogs = CatalogCache(self._load_catalog, USERS_HELD)
 
     def _load_catalog(self, user_id: str) -> EntityCatalog:
         return EntityCatalog.from_counts(*self._log.mention_counts(user_id))
 
     def ledger(self, user_id: str) -> UserLedger:
         """The user's write-path bookkeeping (``UserLedger``, read from the log once)."""
-        ledger = self._ledgers.get(user_id)
+        with self._held:
+            ledger = self._ledgers.get(user_id)
         if ledger is None:
-            ledger = self._ledgers[user_id] = UserLedger.load(self._log, user_id)
+            ledger = UserLedger.load(self._log, user_id)
             for rid, count in self._counts.mentions().items():  # not yet in the log: not lost by the reload
                 ledger.raise_mentions(rid, count)
+            with self._held:
+                self._ledgers[user_id] = ledger
         return ledger
 
     def loaded_ledger(self, user_id: str) -> UserLedger | None:
         """The user's ledger if it is in memory (None: its next load reads the log)."""
-        return self._ledgers.get(user_id)
+        with self._held:
+            return self._ledgers.get(user_id)
 
     def drop_ledger(self, user_id: str) -> None:
         """Forget the user's ledger; the next use reads it from the log again (after a write
         that failed halfway, so the ledger never lists what the log does not hold)."""
-        with self._write_lock:
+        with self._write_lock, self._held:
             self._ledgers.pop(user_id, None)
 
     def existing(
@@ -78,7 +90,8 @@ class WriteBookkeeping:
     def previous(self, rec: Record) -> tuple[Record | None, np.ndarray | None]:
         """The last message stored in the record's session, with its embedding."""
         key = (rec.user_id, rec.session_id)
-        cached = self._last.get(key)
+        with self._held:
+            cached = self._last.get(key)
         if cached is not None:
             return cached
         last_id = self.ledger(rec.user_id).last_message(rec.session_id)
@@ -88,7 +101,8 @@ class WriteBookkeeping:
         emb = self._log.vectors(rec.user_id, [last_id]).get(last_id)
         if prev is None or emb is None:
             return None, None
-        self._last[key] = (prev, emb)
+        with self._held:
+            self._last[key] = (prev, emb)
         return prev, emb
 
     def stored(
@@ -97,7 +111,8 @@ class WriteBookkeeping:
     ) -> None:  # fmt: skip
         """Account for records the log now holds: ``last`` is each session's last message among
         them; ``ledger``, the user's ledger as it was before the write (None: not loaded)."""
-        self._last.update(last)
+        with self._held:
+            self._last.update(last)
         for rec, embedding in zip(records, embeddings, strict=True):
             if ledger is not None:
                 ledger.note(rec, embedding)
@@ -106,10 +121,13 @@ class WriteBookkeeping:
     def forget_user(self, user_id: str) -> None:
         """Drop what is held of a user whose records were deleted."""
         self.catalogs.invalidate(user_id)
-        self._ledgers.pop(user_id, None)
-        self._last = {k: v for k, v in self._last.items() if k[0] != user_id}
+        with self._held:
+            self._ledgers.pop(user_id, None)
+            for key in [k for k in self._last if k[0] == user_id]:
+                del self._last[key]
 
     def clear(self) -> None:
         """Drop every user's ledger and last turns (after a rebuild)."""
-        self._last.clear()
-        self._ledgers.clear()
+        with self._held:
+            self._last.clear()
+            self._ledgers.clear()

@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from cachetools import LRUCache
+
 from mnemoplan.model import EntityMention
 
 
@@ -88,20 +90,23 @@ class CatalogCache:
     read).
     """
 
-    def __init__(self, loader: Callable[[str], EntityCatalog]) -> None:
+    def __init__(self, loader: Callable[[str], EntityCatalog], users: int = 1_024) -> None:
         self._loader = loader
-        self._catalogs: dict[str, EntityCatalog] = {}
+        self._catalogs: LRUCache[str, EntityCatalog] = LRUCache(users)  # the least recently used go
         self._lock = threading.Lock()  # one load at a time
         self._state = threading.Lock()  # a leaf lock over _catalogs and _changes
         self._changes: Counter[str] = Counter()  # writes and invalidations per user
 
     def get(self, user_id: str) -> EntityCatalog:
-        """The user's catalog, built from the log the first time."""
-        catalog = self._catalogs.get(user_id)
+        """The user's catalog, built from the log the first time (and again after it was dropped
+        for users used more recently)."""
+        with self._state:
+            catalog = self._catalogs.get(user_id)
         if catalog is not None:
             return catalog
         with self._lock:
-            catalog = self._catalogs.get(user_id)
+            with self._state:
+                catalog = self._catalogs.get(user_id)
             if catalog is not None:
                 return catalog
             for _ in range(3):
