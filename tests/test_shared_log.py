@@ -67,3 +67,22 @@ def test_a_server_started_on_a_shared_log_rebuilds_a_user_at_first_touch(tmp_pat
         assert [i.id for i in a.recall("locker code", user_id="u").items] == [rid]
     finally:
         a.close()
+
+
+def test_a_forget_on_a_shared_log_is_purged_and_the_server_starts_again(tmp_path: Path, bucket: Bucket) -> None:
+    """The purge after a forget drops the log's old versions in object storage too; it used to fail
+    there (LanceDB's cleanup_old_versions needs pylance), leaving a purge intent that stopped the
+    server's next start."""
+    a = replica(tmp_path, "a", bucket)
+    try:
+        rid = a.remember(content="My old address was 12 Elm Street", user_id="u").ids[0]
+        a.forget(ids=[rid], user_id="u")
+        a.store.deleter.purge_pending()
+    finally:
+        a.close()
+    a = replica(tmp_path, "a", bucket)  # repairs (finishes any purge) as it opens
+    try:
+        assert not [i for i in a.store.journal.pending() if "purge" in i.op]
+        assert a.recall("old address Elm Street", user_id="u").items == []
+    finally:
+        a.close()
