@@ -105,6 +105,8 @@ events {{ worker_connections 256; }}
 http {{
     log_format routed '$http_x_test_user $upstream_addr $status';
     access_log {tmp}/access.log routed;
+    client_max_body_size 16m;
+    client_body_buffer_size 16m;  # in memory: workers run as "nobody" when nginx starts as root
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
