@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mnemoplan.bench.replicas_load import NAMES, compare, free_port, message, percentile
 from mnemoplan.config import Settings
 from mnemoplan.model import MessageIn
 from mnemoplan.model.scope import RecordFilter
@@ -35,24 +36,7 @@ from mnemoplan.service.bootstrap import build_service
 from mnemoplan.service.service import MemoryService
 
 CREDENTIALS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
-NAMES = ("Maya", "Tomas", "Ines", "Kofi", "Lena", "Ravi", "Sofia", "Jonas", "Amara", "Pieter")
-PLACES = ("Lisbon", "Oslo", "Nairobi", "Kyoto", "Lima", "Tallinn", "Porto", "Quebec")
-TOPICS = ("the budget", "a hiking trip", "the new kitchen", "a guitar lesson", "the garden", "tax forms",
-          "a birthday party", "the car repair", "a job offer", "the school play")  # fmt: skip
 BATCH = 500  # messages per remember call while filling a user
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values``, nearest rank."""
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -95,13 +79,6 @@ def open_service(data_dir: Path, uri: str | None = None, options: dict[str, str]
     settings = Settings(data_dir=data_dir, embedding_model="hash", remember_in_background=False,
                         llm_provider="none", storage_uri=uri, storage_options=options or {})  # fmt: skip
     return build_service(settings)
-
-
-def message(i: int) -> str:
-    """The ``i``-th of a user's messages: varied names, places and topics, one number of its own."""
-    a, b = NAMES[i % len(NAMES)], NAMES[(i * 7 + 3) % len(NAMES)]
-    return (f"{a} told {b} about {TOPICS[(i // 3) % len(TOPICS)]} in {PLACES[(i // 5) % len(PLACES)]}; "
-            f"the reference number was {100_000 + i}.")  # fmt: skip
 
 
 def fill(service: MemoryService, user: str, count: int) -> None:
@@ -183,8 +160,6 @@ def run_from_args(args: argparse.Namespace) -> int:
             results["freshness"] = freshness(work, uri, options, args.calls)
             print(f"bench-replicas: freshness {results['freshness']}", file=sys.stderr, flush=True)
             if not args.no_http:
-                from mnemoplan.bench.replicas_load import compare
-
                 uri, options = new_bucket(endpoint, "bench-http")
                 results["http"] = compare(work / "http", uri, options, users=args.users, memories=args.memories,
                                           rounds=args.rounds)  # fmt: skip

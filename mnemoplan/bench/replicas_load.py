@@ -19,10 +19,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mnemoplan.bench.replicas import NAMES, free_port, message, percentile
-from mnemoplan.bench.scale_load import start_server, stop_server
+from mnemoplan.bench.scale_load import free_port, start_server, stop_server
 
 PROTOCOL = "2026-07-28"
+NAMES = ("Maya", "Tomas", "Ines", "Kofi", "Lena", "Ravi", "Sofia", "Jonas", "Amara", "Pieter")
+PLACES = ("Lisbon", "Oslo", "Nairobi", "Kyoto", "Lima", "Tallinn", "Porto", "Quebec")
+TOPICS = ("the budget", "a hiking trip", "the new kitchen", "a guitar lesson", "the garden", "tax forms",
+          "a birthday party", "the car repair", "a job offer", "the school play")  # fmt: skip
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
+
+
+def message(i: int) -> str:
+    """The ``i``-th of a user's messages: varied names, places and topics, one number of its own."""
+    a, b = NAMES[i % len(NAMES)], NAMES[(i * 7 + 3) % len(NAMES)]
+    return (f"{a} told {b} about {TOPICS[(i // 3) % len(TOPICS)]} in {PLACES[(i // 5) % len(PLACES)]}; "
+            f"the reference number was {100_000 + i}.")  # fmt: skip
+
+
 NGINX_CONF = """\
 worker_processes 1;
 daemon off;
