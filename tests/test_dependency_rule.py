@@ -47,7 +47,7 @@ OWNERS = {
     "jinja2": {"web/pages.py"},
     "platformdirs": {"config.py"},
     # The MCP server lives in server/; the bench drives it from outside with the SDK's client, as a host.
-    "mcp": {"server/", "bench/probe.py", "bench/scale_load.py"},
+    "mcp": {"server/", "bench/probe.py", "bench/scale_load.py", "bench/replicas_load.py"},
 }
 # Settings are read by entry points (cli, bench, the server's start) and the composition root.
 CONFIG_READERS = ("service/", "server/", "cli/", "bench/", "runtime.py", "config.py")

@@ -29,19 +29,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_http(data: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``mnemoplan serve --http`` on a free loopback port, once uvicorn says it listens (a line on
-    its stderr, copied to ``server.log`` by a thread: a pipe nobody reads fills and blocks it)."""
-    port = free_port()
+def start_http(
+    data: Path, *args: str, port: int | None = None, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``mnemoplan serve --http`` on ``port`` (default a free loopback one), with ``env`` added to
+    its environment, once uvicorn says it listens (a line on its stderr, appended to ``server.log``
+    by a thread: a pipe nobody reads fills and blocks it)."""
+    port = port or free_port()
     data.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mnemoplan", "serve", "--http", "--port", str(port), *args],
-        env=server_env(data), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=server_env(data, **(env or {})), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     listening = threading.Event()
 
     def copy() -> None:
-        with open(data.parent / "server.log", "wb") as log:
+        with open(data.parent / "server.log", "ab") as log:  # a restarted server's follows the first's
             for line in proc.stderr or []:
                 log.write(line)
                 log.flush()

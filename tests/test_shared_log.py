@@ -67,3 +67,44 @@ def test_a_server_started_on_a_shared_log_rebuilds_a_user_at_first_touch(tmp_pat
         assert [i.id for i in a.recall("locker code", user_id="u").items] == [rid]
     finally:
         a.close()
+
+
+def test_a_forget_on_a_shared_log_is_purged_and_the_server_starts_again(tmp_path: Path, bucket: Bucket) -> None:
+    """The purge after a forget drops the log's old versions in object storage too; it used to fail
+    there (LanceDB's cleanup_old_versions needs pylance), leaving a purge intent that stopped the
+    server's next start."""
+    a = replica(tmp_path, "a", bucket)
+    try:
+        rid = a.remember(content="My old address was 12 Elm Street", user_id="u").ids[0]
+        a.forget(ids=[rid], user_id="u")
+        a.store.deleter.purge_pending()
+    finally:
+        a.close()
+    a = replica(tmp_path, "a", bucket)  # repairs (finishes any purge) as it opens
+    try:
+        assert not [i for i in a.store.journal.pending() if "purge" in i.op]
+        assert a.recall("old address Elm Street", user_id="u").items == []
+    finally:
+        a.close()
+
+
+def test_a_server_killed_between_its_commit_and_its_head_leaves_no_other_server_stale(
+    tmp_path: Path, bucket: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit is announced (a pending head) before it is made: should the server die before it
+    publishes the new head, the others do not keep caches that miss the commit — a memory forgotten
+    there, or one whose retried remember another server acknowledges as a repeat."""
+    a, b = replica(tmp_path, "a", bucket), replica(tmp_path, "b", bucket)
+    try:
+        pin = a.remember(content="My bank PIN is 2291", user_id="u").ids[0]
+        assert [i.id for i in b.recall("bank PIN", user_id="u").items] == [pin]  # b's caches hold "u"
+        assert a.store.replica is not None
+        monkeypatch.setattr(a.store.replica, "published", lambda user_id: None)  # a dies after each commit
+        a.forget(ids=[pin], user_id="u")
+        assert b.recall("bank PIN", user_id="u").items == []
+        locker = a.remember(content="My locker number is 14", user_id="u").ids
+        assert b.remember(content="My locker number is 14", user_id="u").ids == locker  # the client's retry
+        assert [i.id for i in b.recall("locker number", user_id="u").items] == locker
+    finally:
+        a.close()
+        b.close()

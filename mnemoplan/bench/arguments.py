@@ -83,3 +83,26 @@ def scale_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-rate", type=float, default=21.0, metavar="R", help="calls per second, all clients (21)")
     p.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="embedding model (bundled MiniLM)")
     p.add_argument("--keep-data", action="store_true", help="keep the data directory at the end")
+
+
+def _sizes(value: str) -> list[int]:
+    try:
+        sizes = [int(v) for v in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes are numbers joined by commas, got {value!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("each size is at least 1")
+    return sizes
+
+
+def replicas_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench-replicas command's options."""
+    p.add_argument("--sizes", type=_sizes, default=[1000, 10_000], help="users' sizes for the first touch "
+                   "(memories, joined by commas; default 1000,10000)")  # fmt: skip
+    p.add_argument("--calls", type=int, default=500, help="freshness checks timed (500)")
+    p.add_argument("--users", type=int, default=4, help="users calling at once over HTTP (4)")
+    p.add_argument("--memories", type=int, default=300, help="memories of each HTTP user (300)")
+    p.add_argument("--rounds", type=int, default=60, help="timed rounds per user (2 recalls + 1 remember each; 60)")
+    p.add_argument("--no-http", action="store_true", help="skip nginx and the HTTP servers")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/replicas"), help="where replicas.json goes")

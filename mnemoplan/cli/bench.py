@@ -1,10 +1,10 @@
-"""``mnemoplan bench`` and ``mnemoplan bench-scale``: retrieval quality, latency and scale."""
+"""``mnemoplan bench``, ``bench-scale`` and ``bench-replicas``: retrieval quality, latency and scale."""
 
 from __future__ import annotations
 
 import argparse
 
-from mnemoplan.bench.arguments import bench_arguments, scale_arguments
+from mnemoplan.bench.arguments import bench_arguments, replicas_arguments, scale_arguments
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,8 +27,17 @@ def run_scale(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+def run_replicas(args: argparse.Namespace) -> int:
+    """Against moto's S3 on loopback: a user's first touch on a replica (1k, 10k memories), the
+    freshness check per call, and recall/remember through nginx and three replicas against one
+    local-disk server; write replicas.json under --out. Needs moto (the test extra) and nginx."""
+    from mnemoplan.bench.replicas import run_from_args
+
+    return run_from_args(args)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``bench`` and ``bench-scale`` to the command's subparsers."""
+    """Add ``bench``, ``bench-scale`` and ``bench-replicas`` to the command's subparsers."""
     p = sub.add_parser("bench", help="benchmark recall quality and speed", description=run.__doc__)
     bench_arguments(p)
     p.set_defaults(func=run)
@@ -37,3 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=run_scale.__doc__)  # fmt: skip
     scale_arguments(p)
     p.set_defaults(func=run_scale)
+
+    p = sub.add_parser("bench-replicas", help="measure replicas on a log in object storage (moto on loopback)",
+                       description=run_replicas.__doc__)  # fmt: skip
+    replicas_arguments(p)
+    p.set_defaults(func=run_replicas)

@@ -5,9 +5,12 @@ token vectors in memory, the user's BM25 index and graph entries on local disk) 
 held at the user's head (``log.heads``) this server last saw. Before each call of the user the head
 is read again: when another server wrote or forgot since, the caches are dropped and the overlays
 rebuilt from the log, so no answer misses a memory acknowledged elsewhere or returns one forgotten
-elsewhere. After each write of its own the server publishes a new head; a write of another server
-between its read and its publish shows up as a swap that fails, and the server then treats its own
-caches as stale too. A server starts knowing no head: each user is rebuilt at first touch.
+elsewhere. Before each write of its own the server marks the head pending (``begin``) and after it
+publishes a new one; a write of another server between its read and its publish shows up as a swap
+that fails, and the server then treats its own caches as stale too. A pending head is never taken as
+known: a server killed between its commit and its publish leaves one, and every other server then
+rebuilds the user at each call until a write publishes again, rather than keep caches that miss the
+commit. A server starts knowing no head: each user is rebuilt at first touch.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from mnemoplan.storage.locks import KeyedLocks
-from mnemoplan.storage.log.heads import UserHeads, new_head
+from mnemoplan.storage.log.heads import PENDING, UserHeads, new_head
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class Replica:
         self._refresh = refresh
         self._user_lock = user_lock
         self._known: dict[str, str] = {}  # user -> the head this server's caches hold
+        self._pending: dict[str, str] = {}  # user -> the pending head of this server's write under way
         self._guard = threading.Lock()
         self._refreshing = KeyedLocks()
         self.checks = 0
@@ -66,15 +70,26 @@ class Replica:
             self._refresh(user_id)
             with self._guard:
                 self.refreshes += 1
-            if self._read(user_id) == head:  # nothing committed elsewhere during the rebuild
+            if not head.startswith(PENDING) and self._read(user_id) == head:  # nothing committed meanwhile
                 self._known[user_id] = head
             else:
                 self._known.pop(user_id, None)
 
+    def begin(self, user_id: str) -> None:
+        """This server is about to commit a change of the user's records: mark the head pending."""
+        pending = PENDING + new_head()
+        expected = self._known.get(user_id)
+        if expected is not None and self._heads.swap(user_id, expected, pending):
+            self._pending[user_id] = pending  # this server's caches were current until this write
+            return
+        self._heads.set(user_id, pending)
+        self._known.pop(user_id, None)
+        self._pending.pop(user_id, None)
+
     def published(self, user_id: str) -> None:
         """This server committed a change of the user's records: give the user a new head."""
         head = new_head()
-        expected = self._known.get(user_id)
+        expected = self._pending.pop(user_id, None)
         if expected is not None and self._heads.swap(user_id, expected, head):
             self._known[user_id] = head
             return
@@ -86,3 +101,4 @@ class Replica:
     def forget(self, user_id: str) -> None:
         """Know nothing of the user any more (its caches are dropped)."""
         self._known.pop(user_id, None)
+        self._pending.pop(user_id, None)

@@ -128,7 +128,7 @@ class MemoryStore:
             bookkeeping=self.bookkeeping, rebuilder=self.rebuilder, deleter=self.deleter,
         )
         self.supersession = Supersession(self.log, self.bm25, self.graph, self.overlays, self.locks, self.bookkeeping,
-                                         self._changed)  # fmt: skip
+                                         self._begin, self._changed)  # fmt: skip
         # A log other servers share: each call of a user first catches up with what they wrote.
         self.replica = Replica(UserHeads(self.log.tables), self.rebuilder.refresh, self.writing) \
             if self.log.shared else None  # fmt: skip
@@ -155,6 +155,13 @@ class MemoryStore:
         Never called holding the user's write lock."""
         if self.replica is not None:
             self.replica.catch_up(user_id)
+
+    def _begin(self, user_id: str) -> None:
+        """Before a change of the user's records reaches the log: on a shared log, other servers are
+        told one is under way (should this server die before ``_changed``, they do not trust their
+        caches of the user)."""
+        if self.replica is not None:
+            self.replica.begin(user_id)
 
     def _changed(self, user_id: str) -> None:
         """After a change of the user's records reached the log: on a shared log, other servers are told."""
@@ -260,6 +267,7 @@ class MemoryStore:
             # Not loaded (a delete dropped it since the caller read it): its next load reads these
             # rows from the log, and noting them as well would list each message twice.
             ledger = self.bookkeeping.loaded_ledger(user_id)
+            self._begin(user_id)
             try:
                 self.log.add(stored, embeddings, vectors, tokens)
             except BaseException:
@@ -317,6 +325,7 @@ class MemoryStore:
         """
         with self.locks.write:
             intent = self.journal.begin(Intent("delete", user_id, ids))
+            self._begin(user_id)
             self.log.delete(ids, user_id)
             ledger = self.bookkeeping.loaded_ledger(user_id)
             if ledger is not None:
@@ -334,6 +343,7 @@ class MemoryStore:
             ReadOnlyData: The store serves reads only.
         """
         self.check_writable()
+        self._begin(user_id)
         try:
             return self.deleter.delete(user_id, ids)
         finally:
@@ -346,6 +356,7 @@ class MemoryStore:
             ReadOnlyData: The store serves reads only.
         """
         self.check_writable()
+        self._begin(user_id)
         try:
             return self.deleter.drop_user(user_id)
         finally:

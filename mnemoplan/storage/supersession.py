@@ -28,13 +28,16 @@ class Supersession:
         overlays: The overlays' writer (graph changes go after the user's pending writes).
         locks: The store's locks (the write lock is held around each update).
         bookkeeping: The write path's per-user state (closed facts leave the ledger).
+        begin: Told the user whose records are about to change (see ``changed``).
         changed: Told the user whose records changed (a shared log's other servers hear of it).
     """
 
     def __init__(self, log: LanceLog, bm25: BM25Index, graph: GraphIndex, overlays: OverlayWriter, locks: StoreLocks,
-                 bookkeeping: WriteBookkeeping, changed: Callable[[str], None]) -> None:  # fmt: skip
+                 bookkeeping: WriteBookkeeping, begin: Callable[[str], None],
+                 changed: Callable[[str], None]) -> None:  # fmt: skip
         self._log, self._bm25, self._graph, self._overlays = log, bm25, graph, overlays
-        self._locks, self._bookkeeping, self._changed = locks, bookkeeping, changed
+        self._locks, self._bookkeeping = locks, bookkeeping
+        self._begin, self._changed = begin, changed
 
     def supersede(self, user_id: str, old_id: str, new_id: str, at: datetime | None = None) -> None:
         """Close an old fact's validity in favour of a newer one (history stays queryable).
@@ -45,6 +48,7 @@ class Supersession:
         """
         with self._locks.write:
             now = at or datetime.now(UTC)
+            self._begin(user_id)
             self._log.set_superseded([old_id], new_id, now, user_id)
             self._bookkeeping.ledger(user_id).retire_fact(old_id)
             old = self._log.get(user_id, [old_id]).get(old_id)
@@ -95,6 +99,8 @@ class Supersession:
             if row["kind"] == "fact":
                 facts.append(row["id"])
         with self._locks.write:
+            if closing:
+                self._begin(user_id)
             self._log.set_superseded(closing, by_id, at, user_id)
             for fact_id in facts:
                 self._bookkeeping.ledger(user_id).retire_fact(fact_id)

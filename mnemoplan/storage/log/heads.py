@@ -2,10 +2,11 @@
 records changes, so that a server knows its caches of a user (records, vectors, BM25, the graph)
 hold what the log holds while the head is the one it last saw.
 
-A write publishes after it commits: it swaps the head it knew (``swap``, a conditional merge on the
-user's row, so a write of another server between the two shows up as a failed swap) or, when that
-fails, sets a new one (``set``: the other server's write and this one both differ from what anyone
-knew). A server that reads a head other than its own rebuilds its caches of that user from the log.
+A write marks the head pending (``PENDING``) before it commits and publishes after: each step swaps
+the head it knew (``swap``, a conditional merge on the user's row, so a write of another server between
+the two shows up as a failed swap) or, when that fails, sets a new one (``set``: the other server's
+write and this one both differ from what anyone knew). A server that reads a head other than its own
+rebuilds its caches of that user from the log.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mnemoplan.storage.log.filters import of_user, sql_str
 from mnemoplan.storage.log.tables import LogTables
 
 HEADS_TABLE = "heads"
+PENDING = "~"  # starts the head of a write under way (or of a server that died before publishing)
 _SCHEMA = pa.schema([("user_id", pa.string()), ("head", pa.string())])
 
 

@@ -115,12 +115,13 @@ class Maintenance:
 
         On a log other servers share, one of theirs may be under way whatever this server
         holds: versions go once older than ``OLD_VERSIONS_KEPT`` (here, or at any server's next
-        maintenance), which no commit takes."""
+        maintenance), which no commit takes. (Through ``optimize``, as the rest of maintenance:
+        LanceDB's ``cleanup_old_versions`` needs the ``pylance`` package, which is not installed.)"""
         with self.rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for table, _ in self._keyed_tables():
                 if self._tables.shared:
-                    table.cleanup_old_versions(OLD_VERSIONS_KEPT)
+                    table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
                 else:
                     table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
 
