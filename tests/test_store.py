@@ -951,6 +951,12 @@ def test_edges_are_written_either_way(
         links = service.store.graph.neighbours(ids)
         assert links[ids[0]] == ("", ids[1]) and links[ids[1]] == (ids[0], ids[2])
         assert links[ids[2]] == (ids[1], "")
+        from mnemoplan.storage.documents import user_keys
+
+        keys = user_keys(service.store.log, "u", create=False)
+        assert keys is not None
+        mentioning = {rid for rid, _, _ in service.store.graph.entity_records(keys.user, [keys("entity", "miso")])}
+        assert ids[0] in mentioning  # the mention edges, written the same way
         assert "my cat Miso likes boxes" in [i.text for i in service.recall("Miso", user_id="u").items]
     finally:
         service.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,7 +88,7 @@ class KuzuGraph:
         return result.get_all() if isinstance(result, kuzu.QueryResult) else []
 
     def _each(self, query: str, rows: list[dict[str, Any]], *, batched: bool) -> None:
-        """Run a statement over rows of ``$a``/``$b`` parameters (inside the caller's transaction).
+        """Run a statement over rows of its ``$name`` parameters (inside the caller's transaction).
 
         Kùzu answers ``UNWIND $rows AS row MATCH (a:Record {id: row.a}), (b:Record {id: row.b})``
         with a scan of the node table per row: cheap on a small graph, ruinous on a large one
@@ -98,7 +99,7 @@ class KuzuGraph:
         if not rows:
             return
         if batched:
-            unwound = query.replace("$a", "row.a").replace("$b", "row.b")
+            unwound = re.sub(r"\$(\w+)", r"row.\1", query)
             self._conn.execute("UNWIND $rows AS row " + unwound, {"rows": rows})
             return
         for row in rows:
@@ -166,23 +167,18 @@ class KuzuGraph:
                     "e.etype = CASE WHEN row.etype = '' THEN e.etype ELSE row.etype END",
                     {"rows": [{"id": e, "user": u, "etype": t} for e, u, t in entities]},
                 )
-                mentions = [{"r": r.id, "e": m.entity, "role": m.role} for r in records for m in r.mentions]
-                self._run(
-                    "UNWIND $rows AS row MATCH (r:Record {id: row.r}), (e:Entity {id: row.e}) "
-                    f"{put} (r)-[m:MENTIONS]->(e) SET m.role = row.role",
-                    {"rows": mentions},
-                )
+                # The mention and relation edges too: unwound, each row scanned the node tables
+                # (100 mentions took 3.1 s on a graph of 150k records, 0.04 s one by one).
+                mentions = [{"a": r.id, "b": m.entity, "role": m.role} for r in records for m in r.mentions]
+                self._each(f"MATCH (r:Record {{id: $a}}), (e:Entity {{id: $b}}) {put} (r)-[m:MENTIONS]->(e) "
+                           "SET m.role = $role", mentions, batched=batched)  # fmt: skip
             relations = [
                 {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
                 for r in records
                 for rel in r.relations
             ]
-            if relations:
-                self._run(
-                    "UNWIND $rows AS row MATCH (a:Entity {id: row.a}), (b:Entity {id: row.b}) "
-                    "MERGE (a)-[x:RELATED {fact: row.f}]->(b) SET x.strength = row.s, x.negated = row.n",
-                    {"rows": relations},
-                )
+            self._each("MATCH (a:Entity {id: $a}), (b:Entity {id: $b}) MERGE (a)-[x:RELATED {fact: $f}]->(b) "
+                       "SET x.strength = $s, x.negated = $n", relations, batched=batched)  # fmt: skip
 
     def close_relation(self, fact_id: str, valid_to: int | None) -> None:
         """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
