@@ -108,3 +108,30 @@ def test_a_server_killed_between_its_commit_and_its_head_leaves_no_other_server_
     finally:
         a.close()
         b.close()
+
+
+def test_maintenance_drops_the_old_versions_of_the_side_tables(
+    tmp_path: Path, bucket: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write of a shared log adds a version to the heads table (and the first of a user to the
+    keys table); every read lists the versions, so they must not pile up."""
+    from datetime import timedelta
+
+    from mnemoplan.storage.log import maintenance
+
+    a = replica(tmp_path, "a", bucket)
+    try:
+        for i in range(6):
+            a.remember(content=f"note number {i} about the garden", user_id=f"u{i % 2}")
+        side = a.store.log.tables.side
+        assert len(side) >= 2  # the keys and the heads, at least
+        before = [len(t.list_versions()) for t in side]
+        assert max(before) > 2
+        monkeypatch.setattr(maintenance, "OLD_VERSIONS_KEPT", timedelta(0))
+        a.store.maintain()
+        after = [len(t.list_versions()) for t in side]
+        assert all(n <= 2 for n in after), (before, after)
+        assert [i.text for i in a.recall("note number 5 garden", user_id="u1").items][:1] == [
+            "note number 5 about the garden"]  # fmt: skip
+    finally:
+        a.close()

@@ -196,6 +196,12 @@ class Maintenance:
                 except RuntimeError as exc:  # a commit conflict is retryable; anything else is not
                     if "conflict" not in str(exc).lower() or attempt == 2:
                         raise
+            for side in self._tables.side:  # a version per write otherwise: every read lists them all
+                try:
+                    side.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
+                except RuntimeError as exc:  # another server compacting it: its turn
+                    if "conflict" not in str(exc).lower():
+                        raise
         left = {"small_fragments_left": self.small_fragments()}
         scratch = self._maintained.with_suffix(".tmp")
         scratch.write_text(json.dumps(left), encoding="utf-8")

@@ -45,12 +45,17 @@ class LogTables:
             self._records = self._db.open_table(TABLE)
             if not read_only:
                 self._add_later_columns(self._records)
+        # Tables beside the records that small writes grow a version at a time (users' keys, a
+        # shared log's heads and tokens): maintenance compacts them and drops their old versions.
+        self.side: list[LanceTable] = []
         self.keys: LanceTable | None = None  # None: opened read-only, and never written to
         if KEYS_TABLE in names:
             self.keys = self._db.open_table(KEYS_TABLE)
         elif not read_only:
             schema = pa.schema([("user_id", pa.string()), ("salt", pa.binary())])
             self.keys = self._db.create_table(KEYS_TABLE, schema=schema)
+        if self.keys is not None:
+            self.side.append(self.keys)  # a version per new user
 
     @property
     def records(self) -> LanceTable | None:
@@ -61,13 +66,16 @@ class LogTables:
 
     def open_or_create(self, name: str, schema: pa.Schema) -> LanceTable:
         """A table of the database, created empty with ``schema`` if it does not exist yet (by another
-        server of a shared log meanwhile: then theirs)."""
+        server of a shared log meanwhile: then theirs). Maintenance compacts it with the others."""
         if name in self._db.table_names():
-            return self._db.open_table(name)
-        try:
-            return self._db.create_table(name, schema=schema)
-        except (OSError, ValueError, RuntimeError):  # created meanwhile
-            return self._db.open_table(name)
+            table = self._db.open_table(name)
+        else:
+            try:
+                table = self._db.create_table(name, schema=schema)
+            except (OSError, ValueError, RuntimeError):  # created meanwhile
+                table = self._db.open_table(name)
+        self.side.append(table)
+        return table
 
     @property
     def dim(self) -> int | None:
