@@ -539,6 +539,29 @@ def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pyte
         svc.close()
 
 
+def test_start_up_repair_of_a_write_whose_overlays_landed_adds_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    # The process "dies" after the overlays were written, before the journal entry was retired.
+    monkeypatch.setattr(svc.store.journal, "done", lambda intent: None)
+    ids = say(svc, "u", "s", ("Ann", "my cat Miso naps on the piano"), ("Ann", "Miso snores"))
+    overlay_ids(svc.store, "u")
+    assert list((data / "journal").glob("*.json"))
+    svc.close()
+    monkeypatch.undo()
+
+    svc = make_service(data)  # start-up repairs: the graph holds these records whole already
+    try:
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == bm25_ids == graph_ids and set(ids) <= log_ids
+        assert svc.store.graph.neighbours(ids)[ids[0]] == ("", ids[1])
+        assert not list((data / "journal").glob("*.json"))
+    finally:
+        svc.close()
+
+
 def test_a_start_up_repair_that_fails_releases_the_data_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
