@@ -38,6 +38,7 @@ def test_bench_scale_builds_measures_loads_then_reuses_the_store(tmp_path: Path)
     load = first["http"]
     assert load["clients"] == 2 and load["calls"] > 0 and load["errors"] == 0
     assert load["lost_writes"] == 0 and load["forgotten_still_stored"] == 0 and load["forgotten_returned"] == 0
+    assert load["foreign_returned"] == 0  # each client sees only its own user's memory
 
     second = run(tmp_path / "out2", data_dir, "--clients", "0")
     assert second["build"]["reused"] and second["build"]["stored"] == 0 and second["build_s"] == 0.0

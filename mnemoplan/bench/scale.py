@@ -144,7 +144,8 @@ def load_report(clients: list[Any], data_dir: Path, seconds: float, args: argpar
         "errors": sum(len(c.errors) for c in clients), "error_examples": [e for c in clients for e in c.errors][:5],
         "acknowledged_writes": sum(len(c.remembered) for c in clients), "lost_writes": lost,
         "forgotten": sum(len(c.forgotten) for c in clients), "forgotten_still_stored": kept_forgotten,
-        "forgotten_returned": sum(len(c.resurfaced) for c in clients), "latency_ms": by_tool,
+        "forgotten_returned": sum(len(c.resurfaced) for c in clients),
+        "foreign_returned": sum(len(c.foreign) for c in clients), "latency_ms": by_tool,
     }  # fmt: skip
 
 
@@ -171,7 +172,8 @@ def write_report(out: Path, m: dict[str, Any]) -> str:
         lines += ["", f"HTTP, {load['clients']} clients at once for {load['seconds']} s ({load['calls']} calls, "
                   f"{load['calls_per_s']}/s): errors {load['errors']}, acknowledged writes {load['acknowledged_writes']} "
                   f"(lost {load['lost_writes']}), forgotten {load['forgotten']} (still stored "
-                  f"{load['forgotten_still_stored']}, returned by a later recall {load['forgotten_returned']}).", "",
+                  f"{load['forgotten_still_stored']}, returned by a later recall {load['forgotten_returned']}); "
+                  f"another client's notes returned {load.get('foreign_returned', 0)}.", "",
                   "| tool | n | p50 ms | p95 ms | p99 ms |", "|---|---:|---:|---:|---:|"]  # fmt: skip
         lines += [f"| {t} | {v['n']} | {v['p50']} | {v['p95']} | {v['p99']} |" for t, v in lt.items() if v]
     text = "\n".join(lines) + "\n"

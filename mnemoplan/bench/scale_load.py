@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 MIX = (("recall", 0.80), ("remember", 0.15), ("forget", 0.05))
+NOTE = "Load note"  # what every remembered note starts with, followed by its client's user id
+NOTES_QUERY = "what is the meeting room code in the load note"
 
 
 @dataclass
@@ -35,6 +37,7 @@ class ClientLog:
     remembered: list[str] = field(default_factory=list)  # acknowledged ids, in order
     forgotten: dict[str, float] = field(default_factory=dict)  # id -> when its forget returned
     resurfaced: list[str] = field(default_factory=list)  # forgotten ids a later recall returned
+    foreign: list[str] = field(default_factory=list)  # another client's notes a recall returned
     errors: list[str] = field(default_factory=list)
 
 
@@ -104,10 +107,12 @@ async def _client(url: str, log: ClientLog, rate: float, seconds: float, seed: i
                 tool = "recall"
             else:
                 args = {"ids": [rng.choice(live)]}
-        if tool == "recall":
-            args = {"query": rng.choice(log.queries), "limit": 10}
+        if tool == "recall":  # one in four asks for the notes every client writes: only its own may come back
+            query = NOTES_QUERY if rng.random() < 0.25 else rng.choice(log.queries)
+            args = {"query": query, "limit": 10}
         elif tool == "remember":
-            args = {"content": f"Load note {uuid.uuid4().hex[:12]}: the meeting room code is {rng.randint(1000, 9999)}"}
+            args = {"content": f"{NOTE} {log.user_id} {uuid.uuid4().hex[:12]}: the meeting room code is "
+                               f"{rng.randint(1000, 9999)}"}  # fmt: skip
         started = time.perf_counter()
         try:
             result = await client.call_tool(tool, args)
@@ -128,7 +133,10 @@ async def _client(url: str, log: ClientLog, rate: float, seconds: float, seed: i
             for rid in args["ids"]:
                 log.forgotten[rid] = time.monotonic()
         else:
-            log.resurfaced += [i["id"] for i in data.get("items", []) if i["id"] in forgotten_before]
+            items = data.get("items", [])
+            log.resurfaced += [i["id"] for i in items if i["id"] in forgotten_before]
+            mine = f"{NOTE} {log.user_id} "
+            log.foreign += [i["id"] for i in items if NOTE in i.get("text", "") and mine not in i.get("text", "")]
 
     headers = {"Authorization": f"Bearer {log.token}"}
     async with create_mcp_http_client(headers=headers) as http:
