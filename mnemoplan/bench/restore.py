@@ -82,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         reindexed.close()
     same = sum(1 for qid in before if [i for i, _ in before[qid]] == [i for i, _ in after[qid]])
     same_scores = sum(1 for qid in before if before[qid] == after[qid])
-    same_rebuilt = sum(1 for qid in rebuilt if rebuilt[qid] == after[qid])
+    same_rebuilt = sum(1 for qid in rebuilt if [i for i, _ in rebuilt[qid]] == [i for i, _ in after[qid]])
+    same_rebuilt_scores = sum(1 for qid in rebuilt if rebuilt[qid] == after[qid])
     result = {
         "records": records, "export_s": round(export_s, 1), "export_mb": round(export.stat().st_size / 2**20, 1),
         "import_s": round(import_s, 1), "import_per_s": round(restored.stored / import_s, 1) if import_s else 0.0,
         "stored": restored.stored, "skipped": len(restored.skipped), "notes": restored.notes,
         "questions": len(before), "identical_rankings": same, "identical_scores": same_scores,
-        "identical_to_reindexed_original": same_rebuilt,
+        "identical_to_reindexed_original": same_rebuilt, "identical_scores_to_reindexed": same_rebuilt_scores,
     }  # fmt: skip
     (args.out / "restore.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(json.dumps(result, indent=2), file=sys.stderr)
