@@ -36,7 +36,7 @@ from mnemoplan.extract.lexicon import (
     TITLES,
     conjugate,
 )
-from mnemoplan.extract.names import entity_key, is_name_word
+from mnemoplan.extract.names import KnownKeys, entity_key, is_name_word
 from mnemoplan.extract.quantities import is_plural_noun
 
 _MAX_SENTENCES, _MAX_SENTENCE_CHARS = 20, 400  # huge inputs: only their opening is read
@@ -94,7 +94,7 @@ class Predicate:
 
 
 def _parse_subject(
-    words: list[str], speaker: str, known: frozenset[str], message: str, start: bool
+    words: list[str], speaker: str, known: KnownKeys, message: str, start: bool
 ) -> Subject | None:
     first = bare_word(words[0])
     if first in ("i", "we"):
@@ -270,7 +270,7 @@ def clauses_of(sentence: str) -> list[tuple[str, int, bool]]:
 
 
 def read_clause(
-    words: list[str], speaker: str, known: frozenset[str], message: str, first: bool
+    words: list[str], speaker: str, known: KnownKeys, message: str, first: bool
 ) -> tuple[Subject, Predicate] | None:
     """The subject and predicate a clause opens with, or None when either cannot be read."""
     subject = _parse_subject(words, speaker, known, message, first)

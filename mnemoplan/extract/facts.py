@@ -44,7 +44,7 @@ from mnemoplan.extract.lexicon import (
     VAGUE_OBJECTS,
     VAGUE_START,
 )
-from mnemoplan.extract.names import entity_key, extract_names
+from mnemoplan.extract.names import KnownKeys, entity_key, extract_names
 from mnemoplan.extract.quantities import find_quantities
 from mnemoplan.extract.times import TimeMention, find_times
 
@@ -163,7 +163,7 @@ def extract_facts(
     if not isinstance(text, str) or not text.strip():
         return []
     message, speaker = text[:_MAX_CHARS], (speaker or "").strip() or "The speaker"
-    known = frozenset({entity_key(n) for n in known_names} | {entity_key(speaker)}) - {""}
+    known = KnownKeys.of(known_names).plus(entity_key(speaker))
     facts: dict[tuple[str, str, str, bool], FactCandidate] = {}
     names: list[tuple[str, str]] | None = None  # found once, when the first fact needs them
     for raw in sentences_of(message):

@@ -69,6 +69,41 @@ def _clean(candidate: str) -> str:
     return re.sub(r"['’]s$", "", name)
 
 
+class KnownKeys:
+    """A user's entity keys, made once per write rather than per message: a user of many entities
+    (tens of thousands in a large store) paid a pass over all of them for every message.
+
+    Args:
+        keys: Entity keys (``entity_key`` of a name; a key is its own key).
+        extra: A few more (a message's speaker).
+    """
+
+    __slots__ = ("_keys", "_extra", "max_words")
+
+    def __init__(self, keys: frozenset[str], extra: frozenset[str] = frozenset(), max_words: int = -1) -> None:
+        self._keys, self._extra = keys, extra
+        self.max_words = max_words if max_words >= 0 else max((k.count("-") + 1 for k in keys | extra), default=0)
+
+    @classmethod
+    def of(cls, known: Iterable[str]) -> KnownKeys:
+        """Keys of names (or keys) as given; a ``KnownKeys`` as it is."""
+        if isinstance(known, KnownKeys):
+            return known
+        return cls(frozenset(k for k in (entity_key(n) for n in known) if k))
+
+    def plus(self, key: str) -> KnownKeys:
+        """These keys and one more ("" adds nothing)."""
+        if not key or key in self:
+            return self
+        return KnownKeys(self._keys, self._extra | {key}, max(self.max_words, key.count("-") + 1))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._extra or key in self._keys
+
+    def __bool__(self) -> bool:
+        return bool(self._keys or self._extra)
+
+
 def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]:
     """Names a text mentions: (key, surface form), each key once, in order.
 
@@ -77,7 +112,7 @@ def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]
     (keys of the user's entities) are found whatever their case.
     """
     found: dict[str, str] = {}
-    known_keys = set(known)
+    known_keys = KnownKeys.of(known)
     for match in _CAP_SEQ.finditer(text):
         name = _clean(match.group(0))
         if not name or len(name) < 2:
@@ -98,12 +133,13 @@ def extract_names(text: str, known: Iterable[str] = ()) -> list[tuple[str, str]]
         if at_start and name == bare and " " not in name and key not in known_keys:
             continue
         found.setdefault(key, name)
-    if known_keys:
-        lowered = entity_key(text)
-        padded = f"-{lowered}-"
-        for key in known_keys:
-            if key not in found and len(key) > 2 and f"-{key}-" in padded:
-                found[key] = key.replace("-", " ")
+    if known_keys:  # the text's runs of up to max_words words, each looked up (not every key searched for)
+        tokens = entity_key(text).split("-")
+        for i in range(len(tokens)):
+            for n in range(1, min(known_keys.max_words, len(tokens) - i) + 1):
+                key = "-".join(tokens[i : i + n])
+                if key not in found and len(key) > 2 and key in known_keys:
+                    found[key] = key.replace("-", " ")
     return list(found.items())
 
 

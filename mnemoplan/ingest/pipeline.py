@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mnemoplan.extract.facts import extract_facts
-from mnemoplan.extract.names import mentions_for
+from mnemoplan.extract.names import KnownKeys, mentions_for
 from mnemoplan.extract.summary import SentenceCache
 from mnemoplan.extract.times import event_span, find_times
 from mnemoplan.ingest import attributes
@@ -174,7 +174,7 @@ class Ingestor:
             if [h for h, _ in tail] == [hashes[i] for i in loose]:
                 retried = {i: rid for i, (_, rid) in zip(loose, tail, strict=True)}
         loose_set = set(loose)
-        known = list(self.store.catalog(user_id).entities)
+        known = KnownKeys(frozenset(self.store.catalog(user_id).entities))  # its keys, made once per call
         ids: list[str] = []
         fresh: list[Record] = []
         duplicates = 0
@@ -209,7 +209,7 @@ class Ingestor:
     def _facts_of(self, messages: list[Record]) -> list[Record]:
         if not self.config.extract_facts:
             return []
-        known = list(self.store.catalog(messages[0].user_id).entities) if messages else []
+        known = KnownKeys(frozenset(self.store.catalog(messages[0].user_id).entities) if messages else frozenset())
         out = []
         for msg in messages:
             if msg.kind != "message" or not msg.speaker:
