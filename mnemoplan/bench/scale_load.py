@@ -139,17 +139,24 @@ async def _client(url: str, log: ClientLog, rate: float, seconds: float, seed: i
             log.foreign += [i["id"] for i in items if NOTE in i.get("text", "") and mine not in i.get("text", "")]
 
     headers = {"Authorization": f"Bearer {log.token}"}
-    async with create_mcp_http_client(headers=headers) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
-            await client.call_tool("recall", {"query": log.queries[0], "limit": 10})  # untimed: the user's first
-            await line.wait()
-            async with anyio.create_task_group() as tasks:
-                end = time.monotonic() + seconds
-                while True:
-                    await anyio.sleep(rng.expovariate(rate))
-                    if time.monotonic() >= end:
-                        break
-                    tasks.start_soon(call, client, rng.choices(tools, weights)[0])
+    started = False
+    try:
+        async with create_mcp_http_client(headers=headers) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+                await client.call_tool("recall", {"query": log.queries[0], "limit": 10})  # untimed: the user's first
+                started = True
+                await line.wait()
+                async with anyio.create_task_group() as tasks:
+                    end = time.monotonic() + seconds
+                    while True:
+                        await anyio.sleep(rng.expovariate(rate))
+                        if time.monotonic() >= end:
+                            break
+                        tasks.start_soon(call, client, rng.choices(tools, weights)[0])
+    except Exception as exc:  # the client's transport gave up (e.g. its connection pool timed out on a slow server)
+        log.errors.append(f"client transport: {type(exc).__name__}: {exc}"[:200])  # an error of the run, not its end
+        if not started:
+            line.leave()
 
 
 class StartLine:
@@ -161,9 +168,15 @@ class StartLine:
         self._left = clients
         self._go = anyio.Event()
 
+    def leave(self) -> None:
+        """A client that will never arrive (its first call failed): the others do not wait for it."""
+        self._left -= 1
+        if self._left <= 0:
+            self._go.set()
+
     async def wait(self) -> None:
         self._left -= 1
-        if self._left == 0:
+        if self._left <= 0:
             self._go.set()
         await self._go.wait()
 
