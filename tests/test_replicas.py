@@ -37,6 +37,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from mnemoplan.bench.replicas_load import nginx_conf
 from mnemoplan.storage.log.tables import LogTables
 from mnemoplan.storage.log.token_table import TokenTable
 from mnemoplan.storage.tokens import TokenStore
@@ -97,40 +98,9 @@ class Memories:
         return {rid: word for rid, word in self.stored.items() if rid not in self.forgotten}
 
 
-NGINX_CONF = """\
-worker_processes 1;
-daemon off;
-pid {tmp}/nginx.pid;
-events {{ worker_connections 256; }}
-http {{
+ROUTED_LOG = """\
     log_format routed '$http_x_test_user $upstream_addr $status';
-    access_log {tmp}/access.log routed;
-    client_max_body_size 16m;
-    client_body_buffer_size 16m;  # in memory: workers run as "nobody" when nginx starts as root
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    upstream replicas {{
-        hash $http_authorization consistent;
-{servers}
-    }}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://replicas;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $host:$server_port;
-            proxy_buffering off;
-            proxy_read_timeout 300s;
-            proxy_next_upstream error timeout http_502 http_503;
-        }}
-    }}
-}}
-"""
-
+    access_log {tmp}/access.log routed;"""  # which replica served whom
 
 
 def wait_healthy(base: str, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -156,7 +126,7 @@ def nginx(tmp: Path, replicas: list[Replica]) -> Iterator[str]:
     port = free_port()
     servers = "\n".join(f"        server 127.0.0.1:{r.port} max_fails=1 fail_timeout=2s;" for r in replicas)
     conf = tmp / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, servers=servers))
+    conf.write_text(nginx_conf(tmp, port, servers, logging=ROUTED_LOG.format(tmp=tmp), keepalive=False))
     with open(tmp / "stderr.log", "wb") as err:
         proc = subprocess.Popen([NGINX, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
                                 stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip

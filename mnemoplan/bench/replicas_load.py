@@ -47,7 +47,7 @@ daemon off;
 pid {tmp}/nginx.pid;
 events {{ worker_connections 512; }}
 http {{
-    access_log off;
+{logging}
     client_max_body_size 16m;
     client_body_buffer_size 16m;  # in memory: workers run as "nobody" when nginx starts as root
     client_body_temp_path {tmp}/body;
@@ -57,8 +57,7 @@ http {{
     scgi_temp_path {tmp}/scgi;
     upstream replicas {{
         hash $http_authorization consistent;
-        keepalive 16;
-{servers}
+{keepalive}{servers}
     }}
     server {{
         listen 127.0.0.1:{port};
@@ -74,6 +73,14 @@ http {{
     }}
 }}
 """
+
+
+def nginx_conf(tmp: Path, port: int, servers: str, *, logging: str = "    access_log off;",
+               keepalive: bool = True) -> str:  # fmt: skip
+    """nginx's configuration as the README shows it, its files in ``tmp`` (no root needed): routing by
+    token (``hash $http_authorization consistent``) to the ``server`` lines given, on ``port``."""
+    return NGINX_CONF.format(tmp=tmp, port=port, servers=servers, logging=logging,
+                             keepalive="        keepalive 16;\n" if keepalive else "")  # fmt: skip
 
 
 def nginx_binary() -> str:
@@ -95,7 +102,7 @@ def nginx(tmp: Path, ports: list[int]) -> Iterator[str]:
     port = free_port()
     servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;" for p in ports)
     conf = tmp / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, servers=servers), encoding="utf-8")
+    conf.write_text(nginx_conf(tmp, port, servers), encoding="utf-8")
     proc = subprocess.Popen([nginx_binary(), "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
