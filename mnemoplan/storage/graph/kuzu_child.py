@@ -25,6 +25,7 @@ from mnemoplan.storage.graph.client import REMOTE, GraphRecord, failed, receive,
 log = logging.getLogger(__name__)
 
 PREPARED_HELD = 128  # distinct statement texts kept prepared (the code has a few dozen)
+CO_MENTION_RECORDS = 1_000  # an entity's latest records over which co-mentioned entities are counted
 
 _SCHEMA = [
     "CREATE NODE TABLE IF NOT EXISTS Record(id STRING, user STRING, kind STRING, seq INT64, ts INT64, PRIMARY KEY(id))",
@@ -255,6 +256,14 @@ class KuzuGraph:
         """Every record id of a user in the graph."""
         return {row[0] for row in self._run("MATCH (r:Record {user: $u}) RETURN r.id", {"u": user})}
 
+    # Kùzu seeks a node by its primary key only when the pattern names one key
+    # (``{id: $e}``); ``e.id IN $es`` filters a scan of the node table, and a pattern
+    # written from the record's side scans every MENTIONS edge of the store (70–90 ms on a
+    # store of 500k records, whatever the user's size). So one entity is sought by its key,
+    # several are filtered from the Entity side (the smallest table), and the co-mention
+    # count, whose cost is the entity's records times their mentions, runs per entity over
+    # its latest ``CO_MENTION_RECORDS`` records.
+
     def entity_records(
         self, user: str, entities: list[str], limit: int = 500, roles: list[str] | None = None
     ) -> list[tuple[str, str, str]]:
@@ -262,45 +271,62 @@ class KuzuGraph:
         if not entities:
             return []
         role_filter = "AND m.role IN $roles " if roles else ""
-        params: dict[str, Any] = {"es": entities, "u": user, "k": limit}
+        params: dict[str, Any] = {"u": user, "k": limit}
         if roles:
             params["roles"] = roles
-        return [
-            (row[0], row[1], row[2])
-            for row in self._run(
-                "MATCH (r:Record)-[m:MENTIONS]->(e:Entity) WHERE e.id IN $es AND e.user = $u "
-                f"{role_filter}RETURN r.id, e.id, m.role ORDER BY r.seq DESC LIMIT $k",
-                params,
-            )
-        ]
+        if len(entities) == 1:
+            match = "MATCH (e:Entity {id: $e})<-[m:MENTIONS]-(r:Record) WHERE e.user = $u "
+            params["e"] = entities[0]
+        else:
+            match = "MATCH (e:Entity)<-[m:MENTIONS]-(r:Record) WHERE e.id IN $es AND e.user = $u "
+            params["es"] = entities
+        rows = self._run(f"{match}{role_filter}RETURN r.id, e.id, m.role, r.seq ORDER BY r.seq DESC LIMIT $k", params)
+        rows.sort(key=lambda row: (-row[3], row[0], row[1]))  # ties (one record, several entities) in one order
+        return [(row[0], row[1], row[2]) for row in rows]
 
     def related_entities(
         self, user: str, entities: list[str], limit: int = 50
     ) -> list[tuple[str, str, float]]:
         """Entities one step away: through a valid RELATED edge, or mentioned by the same record.
 
-        Returns (from entity, to entity, strength), strongest first.
+        Returns (from entity, to entity, strength), strongest first. Co-mentions are counted
+        over each entity's latest ``CO_MENTION_RECORDS`` records.
         """
         if not entities:
             return []
-        related = self._run(
-            "MATCH (a:Entity)-[x:RELATED]-(b:Entity) WHERE a.id IN $es AND a.user = $u AND NOT x.negated "
-            "AND (x.valid_to IS NULL) RETURN a.id, b.id, max(x.strength) AS s ORDER BY s DESC LIMIT $k",
-            {"es": entities, "u": user, "k": limit},
-        )
-        co = self._run(
-            "MATCH (a:Entity)<-[:MENTIONS]-(r:Record)-[m:MENTIONS]->(b:Entity) "
-            "WHERE a.id IN $es AND a.user = $u AND m.role <> 'speaker' AND NOT b.id IN $es "
-            "RETURN a.id, b.id, count(r) AS c ORDER BY c DESC LIMIT $k",
-            {"es": entities, "u": user, "k": limit},
-        )
-        out: dict[tuple[str, str], float] = {}
-        for a, b, s in related:
-            out[(a, b)] = max(out.get((a, b), 0.0), float(s or 1.0))
-        for a, b, c in co:
-            out[(a, b)] = max(out.get((a, b), 0.0), min(1.0, 0.25 * float(c)))
-        ranked = sorted(out.items(), key=lambda kv: -kv[1])[:limit]
-        return [(a, b, s) for (a, b), s in ranked]
+        # (a, b) -> (strength, order among equal strengths: fact links first, then by co-mentions)
+        out: dict[tuple[str, str], tuple[float, float]] = {}
+
+        def put(pair: tuple[str, str], strength: float, order: float) -> None:
+            held = out.get(pair)
+            if held is None or strength > held[0]:
+                out[pair] = (strength, order if held is None else min(order, held[1]))
+
+        for a in entities:
+            for b, s in self._run(
+                "MATCH (a:Entity {id: $e})-[x:RELATED]-(b:Entity) WHERE a.user = $u AND NOT x.negated "
+                "AND (x.valid_to IS NULL) RETURN b.id, max(x.strength)",
+                {"e": a, "u": user},
+            ):
+                put((a, b), float(s or 1.0), float("-inf"))
+        seeds = set(entities)
+        for a in entities:
+            since = self._run(
+                "MATCH (a:Entity {id: $e})<-[:MENTIONS]-(r:Record) WHERE a.user = $u "
+                "RETURN r.seq ORDER BY r.seq DESC SKIP $n LIMIT 1",
+                {"e": a, "u": user, "n": CO_MENTION_RECORDS - 1},
+            )
+            # No condition on b here: one (b.id <> $e) made Kùzu scan every MENTIONS edge again.
+            for b, c in self._run(
+                "MATCH (a:Entity {id: $e})<-[:MENTIONS]-(r:Record)-[m:MENTIONS]->(b:Entity) "
+                "WHERE a.user = $u AND r.seq >= $s AND m.role <> 'speaker' "
+                "RETURN b.id, count(r) AS c ORDER BY c DESC, b.id LIMIT $k",
+                {"e": a, "u": user, "s": since[0][0] if since else -1, "k": limit + len(seeds)},
+            ):
+                if b not in seeds:
+                    put((a, b), min(1.0, 0.25 * float(c)), -float(c))
+        ranked = sorted(out.items(), key=lambda kv: (-kv[1][0], kv[1][1], kv[0]))[:limit]
+        return [(a, b, s) for (a, b), (s, _) in ranked]
 
     def neighbours(self, ids: list[str]) -> dict[str, tuple[str, str]]:
         """For each record: (previous turn id, next turn id), '' where there is none."""
