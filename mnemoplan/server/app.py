@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import difflib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import UnionType
@@ -56,6 +57,14 @@ if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Worker threads forgets may hold at once. A forget waits for the purge that takes its bytes off
+# the disk (one at a time, behind maintenance): under a stream of forgets on a large store they
+# held every worker thread of the server (anyio's 40), and recalls and remembers queued behind
+# them. Forgets past these wait without a thread; a purge does the work of every forget begun
+# before it, so a few threads lose nothing.
+FORGET_THREADS = 4
+_FORGET_LIMITERS: weakref.WeakKeyDictionary[ServiceHolder, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
 INSTRUCTIONS = """\
 Long-term memory. Call `remember` with what the user says (or facts you distilled), `recall` before
 answering anything that may depend on the past (it is fast: call it every turn and paste its `context`),
@@ -64,14 +73,21 @@ runs, and `forget` when the user asks you to delete something. Every call is sco
 
 
 async def call_service(
-    ctx: Context, fn: Callable[[MemoryService, str | None], T], user_id: str | None, *, write: bool
+    ctx: Context, fn: Callable[[MemoryService, str | None], T], user_id: str | None, *, write: bool,
+    forget: bool = False,
 ) -> T:
     """Run one service call in a worker thread, for the user the caller may reach (``caller_user``:
-    an HTTP token decides), mapping failures to tool errors."""
+    an HTTP token decides), mapping failures to tool errors; a ``forget`` in one of its own few
+    threads (``FORGET_THREADS``)."""
     holder: ServiceHolder = ctx.request_context.lifespan_context
+    limiter = None
+    if forget:
+        limiter = _FORGET_LIMITERS.get(holder)
+        if limiter is None:
+            limiter = _FORGET_LIMITERS[holder] = anyio.CapacityLimiter(FORGET_THREADS)
     try:
         user = caller_user(user_id, write=write)
-        return await anyio.to_thread.run_sync(holder.call, lambda service: fn(service, user))
+        return await anyio.to_thread.run_sync(holder.call, lambda service: fn(service, user), limiter=limiter)
     except MnemoError as exc:
         raise ToolError(exc.to_text()) from None
     except Exception:
@@ -324,7 +340,7 @@ def memory_tools() -> list[Tool]:
         return await call_service(
             ctx,
             lambda s, user: s.forget(ids=ids, scope=scope, user_id=user, project_id=project_id, session_id=session_id),
-            user_id, write=True,
+            user_id, write=True, forget=True,
         )
 
     @tool(title="Explain plan", annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
