@@ -539,6 +539,35 @@ def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pyte
         svc.close()
 
 
+def test_a_graph_that_refuses_the_start_up_repair_is_rebuilt_from_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "first message about tulips"))
+    monkeypatch.setattr(svc.store.overlays, "submit", lambda user_id, job: None)  # dies before the overlays
+    say(svc, "u", "s", ("Ann", "second message about daffodils"))
+    svc.close()
+    monkeypatch.undo()
+
+    add, refused = GraphIndex.add, []
+
+    def refuse_once(self: GraphIndex, records: list[GraphRecord], *, fresh: bool = False) -> None:
+        if not refused:  # as Kùzu did after a replay that left its edges inconsistent
+            refused.append(len(records))
+            raise GraphError("RuntimeError: Runtime exception: Node(nodeOffset: 0) has connected edges")
+        add(self, records, fresh=fresh)
+
+    monkeypatch.setattr(GraphIndex, "add", refuse_once)
+    svc = make_service(data)  # start-up repairs, the graph refuses, starts afresh and is rebuilt
+    try:
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert refused and log_ids == bm25_ids == graph_ids and len(log_ids) == 2  # the first record too
+        assert not list((data / "journal").glob("*.json"))
+    finally:
+        svc.close()
+
+
 def test_start_up_repair_of_a_write_whose_overlays_landed_adds_nothing_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

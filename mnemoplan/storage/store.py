@@ -30,7 +30,7 @@ from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.storage.counters import PendingCounts
 from mnemoplan.storage.deletion import DeleteReport, Deleter, ForgetListener
 from mnemoplan.storage.documents import KeyHasher, bm25_doc, context_vector, graph_record, leans_on, user_keys
-from mnemoplan.storage.graph.client import GraphIndex, GraphUnreadable
+from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphUnreadable
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.ledger import UserLedger
 from mnemoplan.storage.lock import DataDirLock
@@ -388,10 +388,23 @@ class MemoryStore:
     def repair(self) -> int:
         """Replay writes a crash interrupted; returns how many intents were repaired.
 
+        A graph that refuses the repair starts afresh and is rebuilt from the log: seen once
+        after a SIGKILL, when Kùzu's replay of its write-ahead log left one direction of a
+        relationship table without edges the other held, and replaying a forget then failed
+        ("has connected edges ... which cannot be deleted") at every start and every reindex.
+
         Raises:
             ReadOnlyData: The store serves reads only.
+            GraphError: The graph refused the repair again once rebuilt.
         """
         self.check_writable()
+        try:
+            return self.repairer.repair()
+        except GraphError as exc:
+            log.error("the graph refused to repair an interrupted write (%s); it is rebuilt from the log", exc)
+        if not any(intent.op == "rebuild_graph" for intent in self.journal.pending()):
+            self.journal.begin(Intent(op="rebuild_graph", user_id=""))
+        self.graph.recreate()
         return self.repairer.repair()
 
     def _repair_intent(self, intent: Intent) -> None:
