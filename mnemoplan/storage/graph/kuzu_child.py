@@ -149,7 +149,8 @@ class KuzuGraph:
         """Insert records with their edges; re-adding a record is harmless.
 
         ``fresh`` promises the records and their edges are new (a first write), which lets
-        them be created without the look-ups MERGE needs; repair and rebuild never pass it.
+        them be created without the look-ups MERGE needs (a first write, or a user's rebuild after
+        ``drop_user``); repair passes it only for records missing from the graph.
         """
         if not records:
             return
