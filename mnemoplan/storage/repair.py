@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from mnemoplan.storage.bm25 import BM25Index
 from mnemoplan.storage.bookkeeping import WriteBookkeeping
@@ -58,10 +59,22 @@ class Repairer:
                 elif intent.op == "purge":
                     self._deleter.resume_purge(intent)
             if intent.op == "rebuild_graph":
-                self._rebuilder.rebuild()  # under an intent of its own
+                self._rebuilder.rebuild(progress=self._rebuild_progress())  # under an intent of its own
                 self._journal.done(intent)
         self._deleter.purge_pending()
         return len(pending)
+
+    def _rebuild_progress(self) -> Callable[[str, int], None]:
+        """Log each user rebuilt at start-up: on a large store the rebuild takes minutes, before
+        the server answers anything."""
+        total, done = len(self._log.user_ids()), [0, 0]
+
+        def told(user_id: str, records: int) -> None:
+            done[0] += 1
+            done[1] += records
+            log.warning("rebuilding the indexes from the log: %d of %d users, %d records", done[0], total, done[1])
+
+        return told
 
     def repair_add(self, intent: Intent) -> None:
         """Bring the overlays in line with the log for one append's records (under the write lock)."""
