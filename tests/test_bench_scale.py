@@ -10,8 +10,9 @@ import pytest
 
 from mnemoplan.cli.main import main
 
-LOCOMO = Path("/work/shared/data/locomo10.json")
-REALMEM = Path("/work/shared/data/realmem-dev")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared beside the repository
+LOCOMO = SHARED / "locomo10.json"
+REALMEM = SHARED / "realmem-dev"
 
 
 def run(out: Path, data_dir: Path, *extra: str) -> dict:
