@@ -568,6 +568,33 @@ def test_a_graph_that_refuses_the_start_up_repair_is_rebuilt_from_the_log(
         svc.close()
 
 
+def test_several_pending_graph_rebuilds_are_done_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemoplan.storage.journal import Intent
+    from mnemoplan.storage.rebuild import Rebuilder
+
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "first message about tulips"))
+    for _ in range(2):  # a rebuild cut short leaves the one it repaired and its own
+        svc.store.journal.begin(Intent(op="rebuild_graph", user_id=""))
+    svc.close()
+    rebuilds: list[str | None] = []
+    real = Rebuilder.rebuild
+
+    def counted(self: Rebuilder, user_id: str | None = None, progress: Any = None) -> dict[str, int]:
+        rebuilds.append(user_id)
+        return real(self, user_id, progress)
+
+    monkeypatch.setattr(Rebuilder, "rebuild", counted)
+    svc = make_service(data)
+    try:
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert rebuilds == [None] and log_ids == bm25_ids == graph_ids and len(log_ids) == 1
+        assert not list((data / "journal").glob("*.json"))
+    finally:
+        svc.close()
+
+
 def test_start_up_repair_of_a_write_whose_overlays_landed_adds_nothing_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -714,9 +741,9 @@ def test_the_reindex_command_reports_each_user_as_it_is_done(
     events: list[str] = []
     real_rebuild = GraphIndex.rebuild
 
-    def rebuild_graph(self: GraphIndex, user: str, records: Any, batch: int = 2_000) -> int:
+    def rebuild_graph(self: GraphIndex, user: str, records: Any, batch: int = 2_000, **kwargs: Any) -> int:
         events.append("graph")
-        return real_rebuild(self, user, records, batch)
+        return real_rebuild(self, user, records, batch, **kwargs)
 
     class Stderr(io.StringIO):
         def write(self, text: str) -> int:

@@ -44,6 +44,7 @@ class Repairer:
     def repair(self) -> int:
         """Replay writes a crash interrupted; returns how many intents were repaired."""
         pending = self._journal.pending()
+        rebuilt = False
         for intent in pending:
             log.warning("repairing an interrupted %s (%d record(s))", intent.op, len(intent.ids))
             if intent.op == "drop_user":  # outside the write lock: a purge takes the maintenance lock first
@@ -59,7 +60,12 @@ class Repairer:
                 elif intent.op == "purge":
                     self._deleter.resume_purge(intent)
             if intent.op == "rebuild_graph":
-                self._rebuilder.rebuild(progress=self._rebuild_progress())  # under an intent of its own
+                # One rebuild answers every pending one: a rebuild cut short leaves two (the one
+                # it repaired and its own), and each was rebuilt in turn (half an hour each on a
+                # store of 500k memories).
+                if not rebuilt:
+                    self._rebuilder.rebuild(progress=self._rebuild_progress())  # under an intent of its own
+                    rebuilt = True
                 self._journal.done(intent)
         self._deleter.purge_pending()
         return len(pending)

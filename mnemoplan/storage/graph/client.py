@@ -289,13 +289,15 @@ class GraphIndex:
         """Delete everything of one user."""
         return self._call("drop_user", user)
 
-    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000) -> int:
+    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000, *, dropped: bool = False) -> int:
         """Replace one user's graph with exactly ``records`` (in log order, each once).
 
         The user's nodes are gone before the first is written, so each is created without
         the look-ups MERGE needs (``fresh``): on a graph of 500k records, MERGE per edge made
-        rebuilding it an hour's work."""
-        self.drop_user(user)
+        rebuilding it an hour's work. ``dropped``: the graph holds nothing of the user (a graph
+        just recreated), so the drop, a checkpoint and scans of the node tables, is skipped."""
+        if not dropped:
+            self.drop_user(user)
         count = 0
         chunk: list[GraphRecord] = []
         for rec in records:
