@@ -112,7 +112,7 @@ class Rebuilder:
                 self._graph.drop_user(KeyHasher(salt).user)
             keys = user_keys(self._log, user_id, create=False)
             if keys is not None and records:
-                self._graph.rebuild(keys.user, (graph_record(r, keys) for r in records), dropped=intent is not None)
+                self._graph.rebuild(keys.user, (graph_record(r, keys) for r in records))
         return len(records)
 
     def _relean(self, user_id: str, records: list[Record], batch: int = 500) -> int:
