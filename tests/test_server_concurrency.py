@@ -55,8 +55,8 @@ def test_recall_answers_while_more_forgets_than_worker_threads_wait_for_their_pu
             async with anyio.create_task_group() as forgets:
                 for rid in ids:
                     forgets.start_soon(forget, rid)
-                while calls_in_threads() < waiting:  # every forget has reached the server
-                    await anyio.sleep(0.01)
+                while calls_in_threads() < waiting:  # until every forget has reached the server
+                    await anyio.wait_all_tasks_blocked()
                 # Were the forgets holding every worker thread, this recall would wait for the
                 # lock's release below: the bound turns that wait into a failure, not a hang.
                 with anyio.move_on_after(300) as bound:

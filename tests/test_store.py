@@ -559,13 +559,8 @@ def test_a_graph_that_refuses_the_start_up_repair_is_rebuilt_from_the_log(
         add(self, records, fresh=fresh)
 
     monkeypatch.setattr(GraphIndex, "add", refuse_once)
-    svc = make_service(data)  # start-up repairs, the graph refuses, starts afresh and is rebuilt
-    try:
-        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
-        assert refused and log_ids == bm25_ids == graph_ids and len(log_ids) == 2  # the first record too
-        assert not list((data / "journal").glob("*.json"))
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(data, "u")  # the graph refuses, starts afresh, is rebuilt: both records
+    assert refused
 
 
 def test_several_pending_graph_rebuilds_are_done_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -586,13 +581,8 @@ def test_several_pending_graph_rebuilds_are_done_once(tmp_path: Path, monkeypatc
         return real(self, user_id, progress)
 
     monkeypatch.setattr(Rebuilder, "rebuild", counted)
-    svc = make_service(data)
-    try:
-        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
-        assert rebuilds == [None] and log_ids == bm25_ids == graph_ids and len(log_ids) == 1
-        assert not list((data / "journal").glob("*.json"))
-    finally:
-        svc.close()
+    assert_reopened_overlays_hold_the_log(data, "u")
+    assert rebuilds == [None]
 
 
 def test_start_up_repair_of_a_write_whose_overlays_landed_adds_nothing_twice(
