@@ -142,10 +142,13 @@ class MemoryStore:
             if self.read_only or not GraphIndex.opens_afresh(path, buffer_pool_mb):
                 raise  # not the file: a new one would fail the same way, so it stays as it is
             log.warning("%s; it is rebuilt from the log", exc)
-        # The intent first: if the new file cannot be opened either, the next start rebuilds it.
+        self._note_graph_rebuild()  # first: if the new file cannot be opened either, the next start rebuilds it
+        return GraphIndex(path, buffer_pool_mb=buffer_pool_mb, fresh=True)
+
+    def _note_graph_rebuild(self) -> None:
+        """Journal that the graph must be rebuilt from the log (``repair`` does it), once."""
         if not any(intent.op == "rebuild_graph" for intent in self.journal.pending()):
             self.journal.begin(Intent(op="rebuild_graph", user_id=""))
-        return GraphIndex(path, buffer_pool_mb=buffer_pool_mb, fresh=True)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -402,8 +405,7 @@ class MemoryStore:
             return self.repairer.repair()
         except GraphError as exc:
             log.error("the graph refused to repair an interrupted write (%s); it is rebuilt from the log", exc)
-        if not any(intent.op == "rebuild_graph" for intent in self.journal.pending()):
-            self.journal.begin(Intent(op="rebuild_graph", user_id=""))
+        self._note_graph_rebuild()
         self.graph.recreate()
         return self.repairer.repair()
 
