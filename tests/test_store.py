@@ -319,10 +319,10 @@ def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch
     rewriting, release = threading.Event(), threading.Event()
     rewrite = svc.store.log.maintenance._rewrite_fragment
 
-    def slow_rewrite(table: object, key: str, fragment: int, batch: int = 20_000) -> None:
+    def slow_rewrite(table: object, fragment: int) -> None:
         rewriting.set()
         release.wait(60)
-        rewrite(table, key, fragment, batch)
+        rewrite(table, fragment)
 
     def episodes() -> set[str]:
         return {r["id"] for r in svc.store.log.select("user_id = 'u' AND kind = 'episode'", ["id"])}
@@ -503,14 +503,44 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     log.purge()
     assert on_disk(tmp_path, "HIDE7KK") == [] and on_disk(tmp_path, "HIDE8KK")
     assert log.count("user_id = 'u'") == 299
-    # Nor in the indexes: the B-trees are rebuilt, the vector index dropped until maintenance.
+    # Nor in the indexes: the B-trees and the vector index are remapped to the rewritten rows.
     assert on_disk(tmp_path, "session-7-SID") == [] and on_disk(tmp_path, records[7].id) == []
-    assert on_disk(tmp_path, "session-8-SID") and log.needs_vector_index()
-    log.maintain()
-    assert not log.needs_vector_index()
+    assert on_disk(tmp_path, "session-8-SID") and not log.needs_vector_index()
+    assert log.tables.records.index_stats("vector_idx").num_indexed_rows == 299
     assert log.vector_search(RecordFilter("u"), vectors[8], 1)[0][0] == records[8].id
-    log.purge()  # nothing deleted since: the index stays
-    assert not log.needs_vector_index()
+
+
+def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) -> None:
+    """Compaction keeps fragments small, so forgetting one row rewrites one small fragment, not the log."""
+    import numpy as np
+
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log", fragment_rows=64)
+    now = datetime.now(UTC)
+    records = [Record(id=f"{i:04d}{'b' * 28}", user_id="u", kind="message", text=f"turn {i} marker HIDE{i}KK",
+                      session_id="s", occurred_at=now, created_at=now, seq=i)
+               for i in range(400)]  # fmt: skip
+    vectors = np.random.default_rng(0).standard_normal((400, 8)).astype(np.float32)
+    for start in range(0, 400, 40):  # ten appends, ten fragments, compacted into small ones
+        log.add(records[start : start + 40], vectors[start : start + 40], vectors[start : start + 40])
+    log.maintain()
+
+    def data_files() -> dict[int, list[str]]:
+        return {fragment.fragment_id: [file.path for file in fragment.data_files()]
+                for fragment in log.tables.records.to_lance().get_fragments()}  # fmt: skip
+
+    before = data_files()
+    assert len(before) > 3
+    where = f"id = '{records[200].id}'"
+    (row,) = log.tables.records.search().where(where).with_row_id(True).select([]).to_arrow().column("_rowid").to_pylist()
+    held = row >> 32  # the row's address: its fragment in the high 32 bits
+    log.delete([records[200].id], "u")
+    log.purge()
+    after = data_files()
+    assert on_disk(tmp_path, "HIDE200KK") == [] and log.count("user_id = 'u'") == 399
+    assert held not in after and {k: v for k, v in before.items() if k != held}.items() <= after.items()  # the rest stayed
+    assert log.get("u", [records[201].id])[records[201].id].text == "turn 201 marker HIDE201KK"
 
 
 def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

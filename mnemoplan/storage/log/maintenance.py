@@ -4,6 +4,12 @@ A LanceDB delete or update only marks rows; their bytes stay in the fragment tha
 and in old versions, until that fragment is written again and the versions are dropped.
 Every delete and update notes the fragments it marks (``purge.json``), so a purge rewrites
 exactly those, even after a crash.
+
+A purge's cost is its fragments' size, so fragments are kept small (``FRAGMENT_ROWS``):
+LanceDB's own ``optimize`` compacts into fragments of up to a million rows, and forgetting one
+message of a 500k-record log rewrote all 4 GB of it. Compaction, index upkeep and the
+dropping of old versions therefore go through Lance itself (``pylance``, the Lance that
+LanceDB bundles), which takes a target size; ``optimize`` is kept for the small side tables.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import warnings
 from datetime import timedelta
 from pathlib import Path
 
-import pyarrow.compute as pc
 from lancedb.index import BTree, HnswSq
 from lancedb.table import LanceTable
 
@@ -23,6 +28,10 @@ from mnemoplan.storage.log.schema import SCALAR_COLUMNS
 from mnemoplan.storage.log.tables import LogTables
 
 OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
+# Rows a compaction writes per fragment: what one purge rewrites at most per fragment holding a
+# forgotten row (~140 MB at the log's ~8 KB a row). Fewer rows, more fragments for a scan to open.
+FRAGMENT_ROWS = 16_384
+_CONFLICT_TRIES = 3
 
 
 class Maintenance:
@@ -32,11 +41,14 @@ class Maintenance:
         tables: The log's tables.
         path: Directory of the log, where the notes of fragments are kept.
         ann_min_rows: Build an approximate vector index once the table has this many rows.
+        fragment_rows: Rows per fragment that compaction writes (``FRAGMENT_ROWS``).
     """
 
-    def __init__(self, tables: LogTables, path: Path, *, ann_min_rows: int = 50_000) -> None:
+    def __init__(self, tables: LogTables, path: Path, *, ann_min_rows: int = 50_000,
+                 fragment_rows: int = FRAGMENT_ROWS) -> None:  # fmt: skip
         self._tables = tables
         self._ann_min_rows = ann_min_rows
+        self._fragment_rows = fragment_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
         # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
@@ -80,14 +92,16 @@ class Maintenance:
         """Rewrite the fragments that hold rows deleted so far, beside appends; the old
         versions that still refer to their files go at ``drop_unreferenced``, which ends a purge.
 
-        A delete only marks rows. Compaction rewrites a fragment for its deletions alone once
-        a tenth of its rows are gone, and never merges fragments under different deltas of the
-        vector index: one message forgotten out of forty, or out of a 100k-record log, stayed
-        in its file. So each such fragment's remaining rows are written again, unchanged (a
-        merge on the key, in batches: every batch is one commit, no reader misses a row), and
-        a fragment left with no rows leaves the table. Updates and deletes wait for one batch
-        at a time, or for the closing compaction, not for the whole. Fragments noted meanwhile
-        wait for the next purge: what they hold was not yet deleted when this one began.
+        A delete only marks rows, and compaction rewrites a fragment for its deletions alone
+        once a tenth of its rows are gone: one message forgotten out of forty stayed in its
+        file. So each noted fragment is compacted alone, its deletions materialised whatever
+        their share (at most ``fragment_rows`` rows written again). Lance remaps the indexes
+        to the rewritten rows, dropping the deleted ones: the B-trees' and the vector index's
+        copies of them go with the old versions (and those of a fragment every row of which was
+        deleted, with nothing left to rewrite: ``_drop_index_copies``). Updates and deletes wait for one fragment at
+        a time (a compaction and an update of the same fragment cannot both commit), not for
+        the whole. Fragments noted meanwhile wait for the next purge: what they hold was not
+        yet deleted when this one began.
 
         Old versions are dropped as maintenance drops them, not all: dropping the version an
         append began from, before it commits, loses the append (Lance issue #3718).
@@ -95,15 +109,16 @@ class Maintenance:
         """
         with self.rewrite_lock:
             noted = {name: sorted(fragments) for name, fragments in self._to_rewrite.items()}
-        for table, key in self._keyed_tables():
+        for table in self._keyed_tables():
             fragments = noted.get(table.name, [])
             for fragment in fragments:
-                self._rewrite_fragment(table, key, fragment)
+                with self.rewrite_lock:
+                    self._rewrite_fragment(table, fragment)
             with self.rewrite_lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                if table is self._tables.records and fragments:
+                if fragments:
                     self._drop_index_copies(table)
-                table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
+                self._optimize(table, OLD_VERSIONS_KEPT)
                 self._to_rewrite[table.name] = self._to_rewrite.get(table.name, set()) - set(fragments)
                 self._save_to_rewrite()
 
@@ -115,52 +130,74 @@ class Maintenance:
 
         On a log other servers share, one of theirs may be under way whatever this server
         holds: versions go once older than ``OLD_VERSIONS_KEPT`` (here, or at any server's next
-        maintenance), which no commit takes. (Through ``optimize``, as the rest of maintenance:
-        LanceDB's ``cleanup_old_versions`` needs the ``pylance`` package, which is not installed.)"""
+        maintenance), which no commit takes."""
         with self.rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for table, _ in self._keyed_tables():
+            for table in self._keyed_tables():
                 if self._tables.shared:
-                    table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
+                    self._optimize(table, OLD_VERSIONS_KEPT)
                 else:
-                    table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+                    self._optimize(table, timedelta(0), delete_unverified=True)
 
-    def _keyed_tables(self) -> list[tuple[LanceTable, str]]:
-        """The tables a purge rewrites, with the column that keys their rows."""
-        pairs = ((self._tables.records, "id"), (self._tables.keys, "user_id"))
-        return [(table, key) for table, key in pairs if table is not None]
+    def _keyed_tables(self) -> list[LanceTable]:
+        """The tables a purge rewrites: the records, and the users' keys."""
+        return [table for table in (self._tables.records, self._tables.keys) if table is not None]
 
     @staticmethod
     def _drop_index_copies(table: LanceTable) -> None:
-        """Indexes keep their own copies of what they index: the ids and session ids of deleted
-        rows stayed in the B-tree pages, their vectors in the vector index. The B-trees are
-        rebuilt (quickly); the vector index (slow to build on a large log) is dropped, for the
-        next ``maintain`` (after more writes, or at start) to build again.
+        """Drop what the indexes keep of fragments that are gone. A delete of every row of a
+        fragment drops the fragment at once, with nothing to rewrite, and Lance leaves its
+        rows in the indexes (ids and session ids in the B-trees' pages, vectors in the vector
+        index) until they are built again: a B-tree is rebuilt (quickly); the vector index
+        (slow to build on a large log) is dropped, for the next ``maintain`` to build again.
         Meanwhile vector search scans exactly; it only serves users too large to hold in memory."""
-        names = {idx.name for idx in table.list_indices()}
+        dataset = table.to_lance()
+        present = {fragment.fragment_id for fragment in dataset.get_fragments()}
+        stale = {index["name"] for index in dataset.list_indices() if set(index["fragment_ids"]) - present}
         for column in SCALAR_COLUMNS:
-            if f"{column}_idx" in names:
+            if f"{column}_idx" in stale:
                 table.create_index(column, config=BTree(), name=f"{column}_idx", replace=True)
-        if "vector_idx" in names:
+        if "vector_idx" in stale:
             table.drop_index("vector_idx")
 
-    def _rewrite_fragment(self, table: LanceTable, key: str, fragment: int, batch: int = 20_000) -> None:
-        """Write a fragment's rows again: the old copies are marked, the fragment goes when
-        all are. Row ids here are row addresses: the fragment in the high 32 bits. Each batch
-        is read and written under the rewrite lock; an update between two moves its row out
-        of the fragment, and the next batch does not see it."""
-        base = fragment << 32
-        here = f"_rowid >= {base} AND _rowid < {base + (1 << 32)}"
-        offsets = table.search().where(here).with_row_id(True).select([]).limit(None).to_arrow()
-        if offsets.num_rows == 0:
+    def _rewrite_fragment(self, table: LanceTable, fragment: int) -> None:
+        """Compact one fragment alone, its deletions materialised (none left: nothing to do)."""
+        dataset = table.to_lance()
+        present = [f.fragment_id for f in dataset.get_fragments()]
+        if fragment not in present:  # every row of it deleted, or rewritten since
             return
-        end = int(pc.max(offsets.column("_rowid")).as_py()) + 1
-        for start in range(base, end, batch):
-            with self.rewrite_lock:
-                within = f"_rowid >= {start} AND _rowid < {min(start + batch, end)}"
-                rows = table.search().where(within).limit(None).to_arrow()
-                if rows.num_rows:
-                    table.merge_insert(key).when_matched_update_all().execute(rows)
+        self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(
+            **self._sizes(), materialize_deletions=True, materialize_deletions_threshold=0.0,
+            excluded_fragment_ids=[f for f in present if f != fragment]))  # fmt: skip
+        table.checkout_latest()
+
+    def _optimize(self, table: LanceTable, older_than: timedelta, *, delete_unverified: bool = False) -> None:
+        """What LanceDB's ``optimize`` does, with fragments of ``fragment_rows``: compact the
+        small fragments (and those a tenth deleted), fold new rows into the indexes, drop the
+        versions older than ``older_than``."""
+        self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(**self._sizes()))
+        table.checkout_latest()
+        if table.list_indices():
+            self._retry_conflicts(lambda: table.to_lance().optimize.optimize_indices())
+            table.checkout_latest()
+        table.to_lance().cleanup_old_versions(older_than=older_than, delete_unverified=delete_unverified)
+        table.checkout_latest()
+
+    def _sizes(self) -> dict[str, int]:
+        """Compaction's sizes: fragments of ``fragment_rows``, made of row groups no larger
+        (Lance's 1,024-row groups otherwise: a file holds at least one)."""
+        return {"target_rows_per_fragment": self._fragment_rows, "max_rows_per_group": min(1024, self._fragment_rows)}
+
+    @staticmethod
+    def _retry_conflicts(commit: object) -> None:
+        """Run a commit, again on a commit conflict (another writer's commit came first)."""
+        for attempt in range(_CONFLICT_TRIES):
+            try:
+                commit()  # type: ignore[operator]
+                return
+            except (OSError, RuntimeError, ValueError) as exc:  # a commit conflict is retryable; anything else is not
+                if "conflict" not in str(exc).lower() and "preempted" not in str(exc).lower() or attempt == _CONFLICT_TRIES - 1:
+                    raise
 
     # -- compaction and indexes --------------------------------------------------------
 
@@ -189,13 +226,7 @@ class Maintenance:
             table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
         with self.rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for attempt in range(3):
-                try:
-                    table.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
-                    break
-                except RuntimeError as exc:  # a commit conflict is retryable; anything else is not
-                    if "conflict" not in str(exc).lower() or attempt == 2:
-                        raise
+            self._optimize(table, OLD_VERSIONS_KEPT)
             for side in self._tables.side:  # a version per write otherwise: every read lists them all
                 try:
                     side.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)

@@ -24,7 +24,7 @@ from mnemoplan.model import DocRecord, Record, RecordHead
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import HAS_TOKENS, LACKS_TOKENS, Where, of_user, sql, sql_in
 from mnemoplan.storage.log.keys import UserKeys
-from mnemoplan.storage.log.maintenance import Maintenance
+from mnemoplan.storage.log.maintenance import FRAGMENT_ROWS, Maintenance
 from mnemoplan.storage.log.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
 from mnemoplan.storage.log.schema import DOC_COLUMNS, META_COLUMNS, alone, row_to_record
 from mnemoplan.storage.log.tables import LogTables
@@ -50,12 +50,15 @@ class LanceLog:
         uri: Where the tables are, when not in ``path``: object storage (``s3://bucket/prefix``), shared
             by several servers; ``path`` then holds this server's notes of what a purge must rewrite.
         storage_options: LanceDB's options for ``uri``.
+        fragment_rows: Rows per fragment that compaction writes: a purge rewrites at most this
+            many per fragment holding a deleted row.
     """
 
     def __init__(
         self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000,
         cache_vectors_per_user: int = 200_000, cache_tokens_per_user: int = 2_000_000,
         read_only: bool = False, uri: str | None = None, storage_options: dict[str, str] | None = None,
+        fragment_rows: int = FRAGMENT_ROWS,
     ) -> None:  # fmt: skip
         if not read_only:
             path.mkdir(parents=True, exist_ok=True)
@@ -63,7 +66,7 @@ class LanceLog:
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
         self.tables = LogTables(uri or path, storage_options=storage_options, read_only=read_only)
-        self.maintenance = Maintenance(self.tables, path, ann_min_rows=ann_min_rows)
+        self.maintenance = Maintenance(self.tables, path, ann_min_rows=ann_min_rows, fragment_rows=fragment_rows)
         self.user_keys = UserKeys(self.tables, self.maintenance)
         self.views = UserViews(self.tables, self.vector_cache, self.token_cache)
         self.writer = LogWriter(

@@ -65,17 +65,19 @@ class LogTables:
         return self._records
 
     def open_or_create(self, name: str, schema: pa.Schema) -> LanceTable:
-        """A table of the database, created empty with ``schema`` if it does not exist yet (by another
-        server of a shared log meanwhile: then theirs). Maintenance compacts it with the others."""
-        if name in self._db.table_names():
-            table = self._db.open_table(name)
-        else:
-            try:
-                table = self._db.create_table(name, schema=schema)
-            except (OSError, ValueError, RuntimeError):  # created meanwhile
-                table = self._db.open_table(name)
+        """A side table of the database, created empty with ``schema`` if it does not exist yet (by
+        another server of a shared log meanwhile: then theirs). Maintenance compacts it with the others."""
+        table = self._open_or_create(name, schema)
         self.side.append(table)
         return table
+
+    def _open_or_create(self, name: str, schema: pa.Schema) -> LanceTable:
+        if name in self._db.table_names():
+            return self._db.open_table(name)
+        try:
+            return self._db.create_table(name, schema=schema)
+        except (OSError, ValueError, RuntimeError):  # created meanwhile
+            return self._db.open_table(name)
 
     @property
     def dim(self) -> int | None:
@@ -93,7 +95,7 @@ class LogTables:
             ValueError: The table holds vectors of another dimension.
         """
         if self.records is None:
-            self._records = self.open_or_create(TABLE, table_schema(dim))
+            self._records = self._open_or_create(TABLE, table_schema(dim))  # not a side table
         if self.dim != dim:
             raise ValueError(
                 f"the log holds {self.dim}-dimensional vectors but the embedder makes {dim}; "
