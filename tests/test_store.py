@@ -488,7 +488,7 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
 
     from mnemoplan.storage.log.table import LanceLog
 
-    log = LanceLog(tmp_path / "log", ann_min_rows=256)
+    log = LanceLog(tmp_path / "log", ann_min_rows=256, cache_vectors_per_user=100)
     now = datetime.now(UTC)
     rng = np.random.default_rng(0)
     records = [Record(id=f"{i:04d}{'a' * 28}", user_id="u", kind="message", text=f"turn {i} marker HIDE{i}KK",
@@ -508,6 +508,37 @@ def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path)
     assert on_disk(tmp_path, "session-8-SID") and not log.needs_vector_index()
     assert log.tables.records.index_stats("vector_idx").num_indexed_rows == 299
     assert log.vector_search(RecordFilter("u"), vectors[8], 1)[0][0] == records[8].id
+
+
+def test_the_vector_index_is_kept_only_while_a_user_is_too_large_to_search_in_memory(tmp_path: Path) -> None:
+    """Users up to ``cache_vectors_per_user`` records are searched in memory; an index over a
+    log of only such users served no search, and every purge remapped it."""
+    import numpy as np
+
+    from mnemoplan.storage.log.table import LanceLog
+
+    now = datetime.now(UTC)
+    vectors = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+
+    def add(log: LanceLog, user: str, start: int, n: int) -> None:
+        records = [Record(id=f"{user}{i:04d}{'c' * 27}", user_id=user, kind="message", text=f"turn {i}",
+                          session_id="s", occurred_at=now, created_at=now, seq=i)
+                   for i in range(start, start + n)]  # fmt: skip
+        log.add(records, vectors[start : start + n], vectors[start : start + n])
+
+    log = LanceLog(tmp_path / "log", ann_min_rows=100, cache_vectors_per_user=150)
+    add(log, "a", 0, 140)
+    add(log, "b", 140, 140)
+    log.maintain()  # 280 rows, past ann_min_rows, but each user fits in memory
+    assert not log.needs_vector_index() and "vector_idx" not in {i.name for i in log.tables.records.list_indices()}
+    add(log, "a", 280, 20)  # a: 160 records
+    assert log.needs_vector_index()
+    log.maintain()
+    assert not log.needs_vector_index() and "vector_idx" in {i.name for i in log.tables.records.list_indices()}
+    assert log.vector_search(RecordFilter("a"), vectors[5], 1)[0][0] == f"a0005{'c' * 27}"
+    log = LanceLog(tmp_path / "log", ann_min_rows=100, cache_vectors_per_user=500)  # a fits in memory now
+    log.maintain()
+    assert "vector_idx" not in {i.name for i in log.tables.records.list_indices()}
 
 
 def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) -> None:
@@ -1353,7 +1384,7 @@ def records(start, n):
     return [Record(id=f"r{i}", user_id="u", text=f"note {i}", occurred_at=now, created_at=now, seq=i + 1)
             for i in range(start, start + n)]
 
-log = LanceLog(Path(sys.argv[1]), ann_min_rows=1)
+log = LanceLog(Path(sys.argv[1]), ann_min_rows=1, cache_vectors_per_user=1)
 vectors = np.random.default_rng(0).standard_normal((10_000, 384)).astype(np.float32)
 log.add(records(0, 10_000), vectors, vectors)
 build = threading.Thread(target=log.maintain)  # scalar indexes, then the vector index

@@ -21,6 +21,7 @@ import warnings
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow.compute as pc
 from lancedb.index import BTree, HnswSq
 from lancedb.table import LanceTable
 
@@ -42,12 +43,15 @@ class Maintenance:
         path: Directory of the log, where the notes of fragments are kept.
         ann_min_rows: Build an approximate vector index once the table has this many rows.
         fragment_rows: Rows per fragment that compaction writes (``FRAGMENT_ROWS``).
+        ann_user_rows: Build it only once a user has more rows: the only users searched in
+            LanceDB (the others are searched exactly, in memory: ``VectorCache.max_user_rows``).
     """
 
     def __init__(self, tables: LogTables, path: Path, *, ann_min_rows: int = 50_000,
-                 fragment_rows: int = FRAGMENT_ROWS) -> None:  # fmt: skip
+                 fragment_rows: int = FRAGMENT_ROWS, ann_user_rows: int = 0) -> None:  # fmt: skip
         self._tables = tables
         self._ann_min_rows = ann_min_rows
+        self._ann_user_rows = ann_user_rows
         self._fragment_rows = fragment_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
@@ -112,8 +116,7 @@ class Maintenance:
         for table in self._keyed_tables():
             fragments = noted.get(table.name, [])
             for fragment in fragments:
-                with self.rewrite_lock:
-                    self._rewrite_fragment(table, fragment)
+                self._rewrite_fragment(table, fragment)
             with self.rewrite_lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if fragments:
@@ -161,15 +164,20 @@ class Maintenance:
             table.drop_index("vector_idx")
 
     def _rewrite_fragment(self, table: LanceTable, fragment: int) -> None:
-        """Compact one fragment alone, its deletions materialised (none left: nothing to do)."""
-        dataset = table.to_lance()
-        present = [f.fragment_id for f in dataset.get_fragments()]
-        if fragment not in present:  # every row of it deleted, or rewritten since
-            return
-        self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(
-            **self._sizes(), materialize_deletions=True, materialize_deletions_threshold=0.0,
-            excluded_fragment_ids=[f for f in present if f != fragment]))  # fmt: skip
-        table.checkout_latest()
+        """Compact one fragment alone, its deletions materialised (none left: nothing to do),
+        under the rewrite lock: an update or delete committed meanwhile would fail it."""
+        with self.rewrite_lock:
+            fragments = {f.fragment_id: f for f in table.to_lance().get_fragments()}
+            if fragment not in fragments:  # every row of it deleted, or rewritten since
+                return
+            sizes = self._sizes()
+            rows = fragments[fragment].physical_rows
+            if rows <= 2 * self._fragment_rows:  # one fragment again, not one and a sliver left alone
+                sizes["target_rows_per_fragment"] = max(rows, self._fragment_rows)
+            self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(
+                **sizes, materialize_deletions=True, materialize_deletions_threshold=0.0,
+                excluded_fragment_ids=[f for f in fragments if f != fragment]))  # fmt: skip
+            table.checkout_latest()
 
     def _optimize(self, table: LanceTable, older_than: timedelta, *, delete_unverified: bool = False) -> None:
         """What LanceDB's ``optimize`` does, with fragments of ``fragment_rows``: compact the
@@ -222,8 +230,11 @@ class Maintenance:
             for column in SCALAR_COLUMNS:
                 if f"{column}_idx" not in names:
                     table.create_index(column, config=BTree(), name=f"{column}_idx")
-        if rows >= self._ann_min_rows and "vector_idx" not in names:
+        wanted = self._wants_vector_index(table, rows)
+        if wanted and "vector_idx" not in names:
             table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
+        elif not wanted and "vector_idx" in names:  # built by an earlier version, at ann_min_rows alone
+            table.drop_index("vector_idx")
         with self.rewrite_lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._optimize(table, OLD_VERSIONS_KEPT)
@@ -239,11 +250,23 @@ class Maintenance:
         scratch.replace(self._maintained)
 
     def needs_vector_index(self) -> bool:
-        """Whether the log is past ``ann_min_rows`` without its vector index (``maintain`` builds it)."""
+        """Whether the log wants a vector index it lacks (``maintain`` builds it)."""
         table = self._tables.records
-        if table is None or table.count_rows() < self._ann_min_rows:
+        if table is None or "vector_idx" in {idx.name for idx in table.list_indices()}:
             return False
-        return "vector_idx" not in {idx.name for idx in table.list_indices()}
+        return self._wants_vector_index(table, table.count_rows())
+
+    def _wants_vector_index(self, table: LanceTable, rows: int) -> bool:
+        """Whether an approximate vector index would serve a search: the log is past
+        ``ann_min_rows`` and a user past ``ann_user_rows``. Without such a user it serves
+        nobody, and costs: every purge remaps it (6 of the 7 s a forget took in a log of 500k
+        records), every compaction folds rows into it."""
+        if rows < self._ann_min_rows:
+            return False
+        if self._ann_user_rows <= 0:
+            return True
+        users = table.search().select(["user_id"]).limit(None).to_arrow().column("user_id")
+        return bool(len(users)) and int(pc.max(pc.value_counts(users).field("counts")).as_py()) > self._ann_user_rows
 
     def small_fragments(self) -> int:
         """How many small fragments the log holds (each small append or update leaves one)."""

@@ -41,7 +41,8 @@ class LanceLog:
 
     Args:
         path: Directory of the LanceDB database.
-        ann_min_rows: Build an approximate vector index once the table has this many rows.
+        ann_min_rows: Build an approximate vector index once the table has this many rows (and a
+            user more than ``cache_vectors_per_user``: the others are searched in memory).
         cache_records: Records kept in memory for hydration (0 disables the cache).
         cache_vectors_per_user: Users with at most this many records are searched in memory.
         cache_tokens_per_user: Users with at most this many token vectors have them held in memory.
@@ -66,7 +67,8 @@ class LanceLog:
         self.vector_cache = VectorCache(max_user_rows=cache_vectors_per_user)
         self.token_cache = TokenCache(max_user_tokens=cache_tokens_per_user)
         self.tables = LogTables(uri or path, storage_options=storage_options, read_only=read_only)
-        self.maintenance = Maintenance(self.tables, path, ann_min_rows=ann_min_rows, fragment_rows=fragment_rows)
+        self.maintenance = Maintenance(self.tables, path, ann_min_rows=ann_min_rows, fragment_rows=fragment_rows,
+                                       ann_user_rows=cache_vectors_per_user)  # fmt: skip
         self.user_keys = UserKeys(self.tables, self.maintenance)
         self.views = UserViews(self.tables, self.vector_cache, self.token_cache)
         self.writer = LogWriter(
