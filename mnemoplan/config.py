@@ -114,8 +114,13 @@ class Settings(BaseSettings):
         "in recall and deep search; a speaker named user or human asks an assistant and keeps it (0: off).",
     )  # fmt: skip
     use_weight: float = Field(
-        0.0, ge=0.0, description="Weight of past use (access counts, log-scaled, saturating at 100) in recall (0: off)."
-    )
+        0.0, ge=0.0, description="Weight of past use (access counts, log-scaled, saturating at 100) in recall "
+        "(0: off). Above 0, searches count what they return (count_accesses).",
+    )  # fmt: skip
+    count_accesses: bool = Field(
+        False, description="Count how often searches return each memory (shown as access_count), also with the "
+        "use weight off. Upkeep writes the counts into the log's rows, which a later forget rewrites.",
+    )  # fmt: skip
     reranker_path: Path | None = Field(None, description="Local cross-encoder model directory for reranking.")
     recall_rerank: Literal["off", "llm", "cross_encoder"] = Field(
         "off", description="Rerank recall's results (costs latency): with the LLM, or the local cross-encoder."

@@ -1001,24 +1001,36 @@ def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None
         assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(cached, stored, strict=True))
 
 
-def test_retrievals_are_counted_and_reach_the_log_at_upkeep(service: MemoryService) -> None:
-    ids = say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"), ("Ben", "good to know"))
-    for _ in range(2):
-        found = service.recall("where is the spare key?", user_id="u", limit=1)
-    key_id = found.items[0].id
-    assert key_id in ids and found.items[0].access_count == 0  # counted in memory, not yet in the log
+def test_retrievals_are_counted_and_reach_the_log_at_upkeep(tmp_path: Path) -> None:
+    service = make_service(tmp_path, count_accesses=True)
+    try:
+        ids = say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"), ("Ben", "good to know"))
+        for _ in range(2):
+            found = service.recall("where is the spare key?", user_id="u", limit=1)
+        key_id = found.items[0].id
+        assert key_id in ids and found.items[0].access_count == 0  # counted in memory, not yet in the log
+        service.store.maintain()
+        rec = service.store.log.get("u", [key_id])[key_id]
+        assert rec.access_count == 2 and rec.last_accessed_at is not None
+        assert service.recall("where is the spare key?", user_id="u", limit=1).items[0].access_count == 2
+    finally:
+        service.close()
+
+
+def test_retrievals_are_not_counted_unless_asked(service: MemoryService) -> None:
+    """Each upkeep's write of the counts updates rows all over the log, which forgets then rewrite."""
+    [rid] = say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"))
+    assert service.recall("where is the spare key?", user_id="u", limit=1).items[0].id == rid
     service.store.maintain()
-    rec = service.store.log.get("u", [key_id])[key_id]
-    assert rec.access_count == 2 and rec.last_accessed_at is not None
-    assert service.recall("where is the spare key?", user_id="u", limit=1).items[0].access_count == 2
+    assert service.store.log.get("u", [rid])[rid].access_count == 0
 
 
 def test_a_log_written_before_access_counts_gains_the_columns(tmp_path: Path) -> None:
-    svc = make_service(tmp_path)
+    svc = make_service(tmp_path, count_accesses=True)
     [rid] = say(svc, "u", "s", ("Ann", "the canoe is green"))
     svc.store.log.tables.records.drop_columns(["access_count", "last_accessed_at"])  # the older schema
     svc.close()
-    svc = make_service(tmp_path)
+    svc = make_service(tmp_path, count_accesses=True)
     try:
         assert svc.store.log.get("u", [rid])[rid].access_count == 0
         say(svc, "u", "s", ("Ben", "and the paddles are blue"))  # appends still fit the table
@@ -1092,19 +1104,23 @@ def test_edges_are_written_either_way(
         service.close()
 
 
-def test_counts_that_fail_to_land_wait_for_the_next_upkeep(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
-    say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"))
-    key_id = service.recall("spare key", user_id="u", limit=1).items[0].id
+def test_counts_that_fail_to_land_wait_for_the_next_upkeep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = make_service(tmp_path, count_accesses=True)
+    try:
+        say(service, "u", "s", ("Ann", "the spare key hangs behind the boiler"))
+        key_id = service.recall("spare key", user_id="u", limit=1).items[0].id
 
-    def broken(*args: object) -> None:
-        raise RuntimeError("simulated commit conflict")
+        def broken(*args: object) -> None:
+            raise RuntimeError("simulated commit conflict")
 
-    monkeypatch.setattr(service.store.log, "add_accesses", broken)
-    with pytest.raises(RuntimeError):
+        monkeypatch.setattr(service.store.log, "add_accesses", broken)
+        with pytest.raises(RuntimeError):
+            service.store.maintain()
+        monkeypatch.undo()
         service.store.maintain()
-    monkeypatch.undo()
-    service.store.maintain()
-    assert service.store.log.get("u", [key_id])[key_id].access_count == 1
+        assert service.store.log.get("u", [key_id])[key_id].access_count == 1
+    finally:
+        service.close()
 
 
 def test_pending_mention_counts_survive_a_ledger_reload(service: MemoryService) -> None:

@@ -36,6 +36,7 @@ class ClientLog:
     calls: list[tuple[str, float, bool]] = field(default_factory=list)  # (tool, ms, ok)
     remembered: list[str] = field(default_factory=list)  # acknowledged ids, in order
     forgotten: dict[str, float] = field(default_factory=dict)  # id -> when its forget returned
+    forgetting: set[str] = field(default_factory=set)  # ids whose forget was sent and has not returned
     resurfaced: list[str] = field(default_factory=list)  # forgotten ids a later recall returned
     foreign: list[str] = field(default_factory=list)  # another client's notes a recall returned
     errors: list[str] = field(default_factory=list)
@@ -102,11 +103,14 @@ async def _client(url: str, log: ClientLog, rate: float, seconds: float, seed: i
         args: dict[str, Any]
         forgotten_before = set(log.forgotten)
         if tool == "forget":
-            live = [i for i in log.remembered if i not in log.forgotten]
+            # Not one whose forget is still under way: a client forgets a memory once (the
+            # second forget would be told, rightly, that the memory is gone).
+            live = [i for i in log.remembered if i not in log.forgotten and i not in log.forgetting]
             if not live:
                 tool = "recall"
             else:
                 args = {"ids": [rng.choice(live)]}
+                log.forgetting.update(args["ids"])
         if tool == "recall":  # one in four asks for the notes every client writes: only its own may come back
             query = NOTES_QUERY if rng.random() < 0.25 else rng.choice(log.queries)
             args = {"query": query, "limit": 10}
@@ -124,6 +128,8 @@ async def _client(url: str, log: ClientLog, rate: float, seconds: float, seed: i
             log.errors.append(f"{tool}: {type(exc).__name__}: {exc}"[:200])
         ms = (time.perf_counter() - started) * 1000
         log.calls.append((tool, ms, ok))
+        if tool == "forget":
+            log.forgetting.difference_update(args["ids"])
         if not ok or result is None:
             return
         data = result.structured_content or {}

@@ -46,7 +46,10 @@ class MemoryItem(BaseModel):
         True, description="False for a fact a newer one superseded, or a message all of whose facts were "
         "(or a newer message contradicts it: metadata.outdated_by)."
     )
-    access_count: int = Field(0, description="How often searches returned it before (counts land at upkeep).")
+    access_count: int = Field(
+        0, description="How often searches returned it before, when the server counts them (count_accesses; "
+        "counts land at upkeep)."
+    )
     metadata: dict[str, Any] = Field(
         default_factory=dict,
         description="What was stored with it: the caller's metadata for a memory it stored; for a derived "

@@ -193,6 +193,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         ingestor=ingestor,
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
         extraction=extraction,
+        count_accesses=settings.count_accesses or settings.use_weight > 0,
     )
     if llm_setup is not None:  # extraction first: a run under way must not find its client closed
         service.on_close.append(lambda: (extraction.close() if extraction is not None else None, llm_setup.close()))

@@ -18,6 +18,7 @@ import json
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -101,10 +102,10 @@ class Maintenance:
         file. So each noted fragment is compacted alone, its deletions materialised whatever
         their share (at most ``fragment_rows`` rows written again). Lance remaps the indexes
         to the rewritten rows, dropping the deleted ones: the B-trees' and the vector index's
-        copies of them go with the old versions (and those of a fragment every row of which was
-        deleted, with nothing left to rewrite: ``_drop_index_copies``). Updates and deletes wait for one fragment at
-        a time (a compaction and an update of the same fragment cannot both commit), not for
-        the whole. Fragments noted meanwhile wait for the next purge: what they hold was not
+        copies of them go with the old versions (and those of a fragment every row of which
+        was deleted, with nothing left to rewrite: ``_drop_index_copies``). Updates and deletes
+        wait for one fragment at a time (a compaction and an update of the same fragment cannot
+        both commit), not for the whole. Fragments noted meanwhile wait for the next purge: what they hold was not
         yet deleted when this one began.
 
         Old versions are dropped as maintenance drops them, not all: dropping the version an
@@ -138,9 +139,9 @@ class Maintenance:
             warnings.simplefilter("ignore")
             for table in self._keyed_tables():
                 if self._tables.shared:
-                    self._optimize(table, OLD_VERSIONS_KEPT)
+                    self._drop_versions(table, OLD_VERSIONS_KEPT)
                 else:
-                    self._optimize(table, timedelta(0), delete_unverified=True)
+                    self._drop_versions(table, timedelta(0), delete_unverified=True)
 
     def _keyed_tables(self) -> list[LanceTable]:
         """The tables a purge rewrites: the records, and the users' keys."""
@@ -179,7 +180,7 @@ class Maintenance:
                 excluded_fragment_ids=[f for f in fragments if f != fragment]))  # fmt: skip
             table.checkout_latest()
 
-    def _optimize(self, table: LanceTable, older_than: timedelta, *, delete_unverified: bool = False) -> None:
+    def _optimize(self, table: LanceTable, older_than: timedelta) -> None:
         """What LanceDB's ``optimize`` does, with fragments of ``fragment_rows``: compact the
         small fragments (and those a tenth deleted), fold new rows into the indexes, drop the
         versions older than ``older_than``."""
@@ -188,6 +189,11 @@ class Maintenance:
         if table.list_indices():
             self._retry_conflicts(lambda: table.to_lance().optimize.optimize_indices())
             table.checkout_latest()
+        self._drop_versions(table, older_than)
+
+    @staticmethod
+    def _drop_versions(table: LanceTable, older_than: timedelta, *, delete_unverified: bool = False) -> None:
+        """Drop the versions older than ``older_than``, and the files only they refer to."""
         table.to_lance().cleanup_old_versions(older_than=older_than, delete_unverified=delete_unverified)
         table.checkout_latest()
 
@@ -197,14 +203,15 @@ class Maintenance:
         return {"target_rows_per_fragment": self._fragment_rows, "max_rows_per_group": min(1024, self._fragment_rows)}
 
     @staticmethod
-    def _retry_conflicts(commit: object) -> None:
+    def _retry_conflicts(commit: Callable[[], object]) -> None:
         """Run a commit, again on a commit conflict (another writer's commit came first)."""
         for attempt in range(_CONFLICT_TRIES):
             try:
-                commit()  # type: ignore[operator]
+                commit()
                 return
-            except (OSError, RuntimeError, ValueError) as exc:  # a commit conflict is retryable; anything else is not
-                if "conflict" not in str(exc).lower() and "preempted" not in str(exc).lower() or attempt == _CONFLICT_TRIES - 1:
+            except (OSError, RuntimeError, ValueError) as exc:  # a conflict is retryable; anything else is not
+                message = str(exc).lower()
+                if not ("conflict" in message or "preempted" in message) or attempt == _CONFLICT_TRIES - 1:
                     raise
 
     # -- compaction and indexes --------------------------------------------------------
