@@ -113,6 +113,7 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         settings.data_dir, graph_buffer_pool_mb=settings.graph_buffer_pool_mb,
         vector_cache_rows=settings.vector_cache_rows, token_cache_tokens=settings.token_cache_tokens,
         forgotten=[sentences.forget], storage_uri=settings.storage_uri, storage_options=settings.storage_options,
+        count_accesses=settings.count_accesses or settings.use_weight > 0,
     )  # fmt: skip
     if store.read_only:
         log.warning("the data directory %s cannot be written to: serving reads only until it can",
@@ -193,7 +194,6 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         ingestor=ingestor,
         search_log=None if store.read_only else SearchLog(settings.data_dir / "searches"),
         extraction=extraction,
-        count_accesses=settings.count_accesses or settings.use_weight > 0,
     )
     if llm_setup is not None:  # extraction first: a run under way must not find its client closed
         service.on_close.append(lambda: (extraction.close() if extraction is not None else None, llm_setup.close()))

@@ -71,7 +71,6 @@ class MemoryService:
         extraction: Facts extracted by an LLM in the background; None without an LLM.
         deferred: Stores remember's messages on a worker thread once accepted; None stores them
             before remember answers.
-        count_accesses: Count what searches return (``MemoryItem.access_count``, the use weight).
     """
 
     def __init__(
@@ -88,13 +87,8 @@ class MemoryService:
         search_log: SearchLog | None = None,
         extraction: BackgroundExtraction | None = None,
         deferred: DeferredIngest | None = None,
-        count_accesses: bool = False,
     ) -> None:
         self.extraction = extraction
-        # Retrievals counted only for a ranking or a caller that reads them: each upkeep's write
-        # of the counts updates rows all over the log, and the next forget's purge rewrites every
-        # fragment those updates touched (on a 505k-record store under load, the purges never caught up).
-        self.count_accesses = count_accesses
         self.deferred = deferred
         self.store = store
         self.embedder = embedder
@@ -132,8 +126,7 @@ class MemoryService:
             raise
         else:
             entry.update(ok=True, **search_summary(result))
-            if self.count_accesses:
-                self.store.note_access([item.id for item in result.items])
+            self.store.note_access([item.id for item in result.items])
             return result
         finally:
             entry["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)

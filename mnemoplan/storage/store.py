@@ -60,7 +60,8 @@ class MemoryStore:
     Args:
         data_dir: Root directory; created if missing and locked for this process.
         context_weight: How far a message's search vector leans towards the previous turn.
-        ann_min_rows: Rows at which the log builds an approximate vector index.
+        ann_min_rows: Rows at which the log builds an approximate vector index (once a user is
+            past ``vector_cache_rows``).
         commit_interval_s: Longest a burst of writes defers the BM25 commit.
         maintain_every: Appends between background compactions of the log.
         graph_buffer_pool_mb: Kùzu's page cache; allocated as used, a limit rather than a reservation.
@@ -70,6 +71,9 @@ class MemoryStore:
             (130 bytes each); larger ones are read from the log when a search asks.
         forgotten: Told the user's id whenever a delete removed records of theirs: what other
             parts hold of what users said (the write path's sentence cache) goes with them.
+        storage_uri: Where the log's tables are, when not in the data directory (object storage).
+        storage_options: LanceDB's options for ``storage_uri``.
+        count_accesses: Count what searches return (``note_access``): the use weight reads it.
 
     Raises:
         DataDirLocked: Another process holds the data directory.
@@ -90,8 +94,13 @@ class MemoryStore:
         forgotten: Sequence[ForgetListener] = (),
         storage_uri: str | None = None,
         storage_options: dict[str, str] | None = None,
+        count_accesses: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        # Retrievals are counted only for a ranking or a caller that reads them: upkeep writes the
+        # counts into rows all over the log, and the next forget's purge rewrites every fragment
+        # those updates touched (on a 505k-record store under load, purges never caught up).
+        self.count_accesses = count_accesses
         self._dir_lock = DataDirLock.acquire(data_dir)
         self.read_only = not self._dir_lock.writable
         try:
@@ -314,7 +323,7 @@ class MemoryStore:
     def note_access(self, ids: list[str]) -> None:
         """Count one retrieval of each record (``PendingCounts.note_access``); upkeep writes the
         counts, started here when they are due."""
-        if not ids or self.read_only:  # counts that could never be written
+        if not ids or self.read_only or not self.count_accesses:  # not counted, or never writable
             return
         if self.counts.note_access(ids):
             self._maintain_in_background()
