@@ -157,7 +157,7 @@ class Maintenance:
         Meanwhile vector search scans exactly; it only serves users too large to hold in memory."""
         dataset = table.to_lance()
         present = {fragment.fragment_id for fragment in dataset.get_fragments()}
-        stale = {index["name"] for index in dataset.list_indices() if set(index["fragment_ids"]) - present}
+        stale = {index["name"] for index in dataset.list_indices() if set(index.get("fragment_ids") or ()) - present}
         for column in SCALAR_COLUMNS:
             if f"{column}_idx" in stale:
                 table.create_index(column, config=BTree(), name=f"{column}_idx", replace=True)
