@@ -449,7 +449,7 @@ class MemoryStore:
         if self.read_only:
             return False
         if self.log.fragments_to_compact() < threshold and not self.log.needs_vector_index():
-            return False  # (a purge drops the vector index; the next maintenance builds it again)
+            return False  # (a purge of a fragment deleted whole drops the vector index; maintenance builds it again)
         self._maintain_in_background()
         return True
 

@@ -57,7 +57,7 @@ class Maintenance:
         self._scalar_min_rows = max(1, ann_min_rows // 10)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
         # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
-        # Reentrant: a purge holds it and rewrites fragments, each batch of which takes it.
+        # Reentrant: a purge holds it and compacts fragments, each of which takes it again.
         self.rewrite_lock = threading.RLock()
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
         # Per table, the fragments holding rows deleted since the last purge.
@@ -226,7 +226,7 @@ class Maintenance:
         in an hour of ingest (``purge`` drops them all at once).
 
         Raises:
-            RuntimeError: Compaction failed (a commit conflict, after three tries).
+            OSError, RuntimeError: Compaction failed (a commit conflict, after three tries).
         """
         table = self._tables.records
         if table is None:

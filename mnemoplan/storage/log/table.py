@@ -369,7 +369,8 @@ class LanceLog:
             self.drop_unreferenced()
 
     def needs_vector_index(self) -> bool:
-        """Whether the log is past ``ann_min_rows`` without its vector index (``maintain`` builds it)."""
+        """Whether the log wants a vector index it lacks: past ``ann_min_rows``, with a user past
+        ``cache_vectors_per_user`` (``maintain`` builds it)."""
         return self.maintenance.needs_vector_index()
 
     def small_fragments(self) -> int:
