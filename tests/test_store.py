@@ -311,9 +311,11 @@ def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
 
 
 def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The log's rewrite of the fragment that held a forgotten row takes seconds at 100k
-    records. Appends go on meanwhile, and so do the update that replaces a session's summary
-    and a second forget's delete; only the end of the purge holds writes up."""
+    """A purge rewrites fragment after fragment (an old store's first purge splits a 4 GB
+    fragment: half a minute). Each rewrite holds the rewrite lock (a delete or update committed
+    meanwhile would fail it), but not the time between them: held up just before a rewrite,
+    the purge lets appends, the update that replaces a session's summary and a second
+    forget's delete go on; only the end of the purge holds writes up."""
     data = tmp_path / "data"
     svc = make_service(data)
     rewriting, release = threading.Event(), threading.Event()
@@ -572,6 +574,48 @@ def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) ->
     assert on_disk(tmp_path, "HIDE200KK") == [] and log.count("user_id = 'u'") == 399
     assert held not in after and {k: v for k, v in before.items() if k != held}.items() <= after.items()  # the rest stayed
     assert log.get("u", [records[201].id])[records[201].id].text == "turn 201 marker HIDE201KK"
+
+
+def _forty(log: object, marker: str) -> list[Record]:
+    """Forty records of user u, appended in one call (one fragment), then compacted."""
+    import numpy as np
+
+    now = datetime.now(UTC)
+    records = [Record(id=f"{i:04d}{marker * 28}", user_id="u", kind="message", text=f"turn {i} marker HIDE{i}KK",
+                      session_id="s", occurred_at=now, created_at=now, seq=i)
+               for i in range(40)]  # fmt: skip
+    vectors = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
+    log.add(records, vectors, vectors)  # type: ignore[attr-defined]
+    log.maintain()  # type: ignore[attr-defined]
+    return records
+
+
+def test_a_purge_rewrites_where_a_merge_left_the_old_copy(tmp_path: Path) -> None:
+    """Mention counts, access counts, tokens and vectors are set by a merge, which marks the old
+    row and appends the new one: forgetting the row later must take both copies off the disk."""
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log")
+    records = _forty(log, "m")
+    log.set_mention_counts({records[5].id: 3})
+    assert log.get("u", [records[5].id])[records[5].id].mention_count == 3
+    log.delete([records[5].id], "u")
+    log.purge()
+    assert on_disk(tmp_path, "HIDE5KK") == [] and on_disk(tmp_path, "HIDE6KK")
+
+
+def test_a_purge_rewrites_rows_another_server_deleted(tmp_path: Path) -> None:
+    """A log shared by servers: whichever purges takes off the disk what any of them deleted,
+    whether or not this one saw the delete (or a compaction moved the row since)."""
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log")
+    records = _forty(log, "o")
+    other = LanceLog(tmp_path / "log")
+    other.delete([records[9].id], "u")
+    log.purge()
+    assert on_disk(tmp_path, "HIDE9KK") == [] and on_disk(tmp_path, "HIDE8KK")
+    assert log.count("user_id = 'u'") == 39
 
 
 def test_start_up_repairs_an_interrupted_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,10 @@
 """Upkeep of the log: compaction, indexes, and the purge that takes deleted rows off the disk.
 
-A LanceDB delete or update only marks rows; their bytes stay in the fragment that held them,
-and in old versions, until that fragment is written again and the versions are dropped.
-Every delete and update notes the fragments it marks (``purge.json``), so a purge rewrites
-exactly those, even after a crash.
+A LanceDB delete or update (a merge too) only marks rows, in the deletion file of the fragment
+that holds them; their bytes stay in its data files, and in old versions, until that fragment
+is written again and the versions are dropped. A purge rewrites exactly the fragments with a
+deletion file: whoever marked the rows (this server, another sharing the log, a run that
+crashed before its purge), and wherever a compaction since moved them.
 
 A purge's cost is its fragments' size, so fragments are kept small (``FRAGMENT_ROWS``):
 LanceDB's own ``optimize`` compacts into fragments of up to a million rows, and forgetting one
@@ -15,7 +16,6 @@ LanceDB bundles), which takes a target size; ``optimize`` is kept for the small 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -23,8 +23,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pyarrow.compute as pc
+from lance.commit import CommitConflictError
 from lancedb.index import BTree, HnswSq
 from lancedb.table import LanceTable
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from mnemoplan.storage.log.schema import SCALAR_COLUMNS
 from mnemoplan.storage.log.tables import LogTables
@@ -33,15 +35,25 @@ OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes super
 # Rows a compaction writes per fragment: what one purge rewrites at most per fragment holding a
 # forgotten row (~140 MB at the log's ~8 KB a row). Fewer rows, more fragments for a scan to open.
 FRAGMENT_ROWS = 16_384
-_CONFLICT_TRIES = 3
+_CONFLICT_TRIES = 5
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Whether a commit failed because another writer's commit came first. Lance raises
+    ``CommitConflictError`` for some, a plain ``OSError`` ("Retryable commit conflict ... This
+    Rewrite transaction was preempted by concurrent transaction Delete") for a compaction."""
+    if isinstance(exc, CommitConflictError):
+        return True
+    message = str(exc).lower()
+    return isinstance(exc, (OSError, RuntimeError, ValueError)) and ("conflict" in message or "preempted" in message)
 
 
 class Maintenance:
-    """Compaction, indexes and purges of the log's tables, and the fragments deletes left behind.
+    """Compaction, indexes and purges of the log's tables.
 
     Args:
         tables: The log's tables.
-        path: Directory of the log, where the notes of fragments are kept.
+        path: Directory of the log, where maintenance notes what it left.
         ann_min_rows: Build an approximate vector index once the table has this many rows.
         fragment_rows: Rows per fragment that compaction writes (``FRAGMENT_ROWS``).
         ann_user_rows: Build it only once a user has more rows: the only users searched in
@@ -56,75 +68,47 @@ class Maintenance:
         self._fragment_rows = fragment_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
-        # ("Rewrite preempted by Update"). Appends commute with it and never take this lock.
+        # ("Rewrite preempted by Update"). Appends commute with it and never take this lock;
+        # updates and deletes take it (``LogWriter``).
         # Reentrant: a purge holds it and compacts fragments, each of which takes it again.
         self.rewrite_lock = threading.RLock()
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
-        # Per table, the fragments holding rows deleted since the last purge.
-        self._rewrites = path / "purge.json"
-        try:
-            saved = json.loads(self._rewrites.read_text(encoding="utf-8"))
-            self._to_rewrite: dict[str, set[int]] = {name: set(frags) for name, frags in saved.items()}
-        except (OSError, ValueError, AttributeError, TypeError):
-            self._to_rewrite = {}
-
-    # -- deletes and updates -------------------------------------------------------------
-
-    def delete(self, table: LanceTable, where: str) -> None:
-        """Delete rows, first noting the fragments that hold them."""
-        self.note_fragments(table, where)
-        table.delete(where)
-
-    def note_fragments(self, table: LanceTable, where: str) -> None:
-        """Note the fragments holding these rows, before a delete or an update leaves a marked
-        copy of them there (kept on disk until ``purge`` has rewritten those fragments, so a
-        crash in between does not lose them)."""
-        rows = table.search().where(where).with_row_id(True).select([]).limit(None).to_arrow()
-        fragments = {int(r) >> 32 for r in rows.column("_rowid").to_pylist()}
-        noted = self._to_rewrite.setdefault(table.name, set())
-        if not fragments <= noted:
-            noted |= fragments
-            self._save_to_rewrite()
-
-    def _save_to_rewrite(self) -> None:
-        scratch = self._rewrites.with_suffix(".tmp")
-        scratch.write_text(json.dumps({k: sorted(v) for k, v in self._to_rewrite.items()}), encoding="utf-8")
-        os.replace(scratch, self._rewrites)
 
     # -- purge -----------------------------------------------------------------------------
 
     def rewrite_deleted(self) -> None:
-        """Rewrite the fragments that hold rows deleted so far, beside appends; the old
-        versions that still refer to their files go at ``drop_unreferenced``, which ends a purge.
+        """Rewrite the fragments that hold rows deleted (or replaced by an update) so far, beside
+        appends; the old versions that still refer to their files go at ``drop_unreferenced``,
+        which ends a purge.
 
         A delete only marks rows, and compaction rewrites a fragment for its deletions alone
         once a tenth of its rows are gone: one message forgotten out of forty stayed in its
-        file. So each noted fragment is compacted alone, its deletions materialised whatever
-        their share (at most ``fragment_rows`` rows written again). Lance remaps the indexes
-        to the rewritten rows, dropping the deleted ones: the B-trees' and the vector index's
-        copies of them go with the old versions (and those of a fragment every row of which
-        was deleted, with nothing left to rewrite: ``_drop_index_copies``). Updates and deletes
-        wait for one fragment at a time (a compaction and an update of the same fragment cannot
-        both commit), not for the whole. Fragments noted meanwhile wait for the next purge: what they hold was not
-        yet deleted when this one began.
+        file. So each fragment with a deletion file is compacted alone, its deletions
+        materialised whatever their share (at most ``fragment_rows`` rows written again). Lance
+        remaps the indexes to the rewritten rows, dropping the deleted ones: the B-trees' and
+        the vector index's copies of them go with the old versions (and those of a fragment
+        every row of which was deleted, with nothing left to rewrite: ``_drop_index_copies``).
+        Updates and deletes wait for one fragment at a time (a compaction and an update of the
+        same fragment cannot both commit), not for the whole. Rows marked after the fragments
+        are listed wait for the next purge: they were not yet deleted when this one began.
+        Nothing else is compacted here (``maintain`` merges small fragments): a purge rewrites
+        only what held a marked row.
 
         Old versions are dropped as maintenance drops them, not all: dropping the version an
         append began from, before it commits, loses the append (Lance issue #3718).
         ``drop_unreferenced`` drops the rest, with no append running.
         """
-        with self.rewrite_lock:
-            noted = {name: sorted(fragments) for name, fragments in self._to_rewrite.items()}
         for table in self._keyed_tables():
-            fragments = noted.get(table.name, [])
+            with self.rewrite_lock:
+                table.checkout_latest()  # with what other servers sharing the log marked
+                fragments = [f.fragment_id for f in table.to_lance().get_fragments() if f.metadata.deletion_file]
             for fragment in fragments:
                 self._rewrite_fragment(table, fragment)
             with self.rewrite_lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                if fragments:
-                    self._drop_index_copies(table)
-                self._optimize(table, OLD_VERSIONS_KEPT)
-                self._to_rewrite[table.name] = self._to_rewrite.get(table.name, set()) - set(fragments)
-                self._save_to_rewrite()
+                self._drop_index_copies(table)
+                self._fold_indexes(table)
+                self._drop_versions(table, OLD_VERSIONS_KEPT)
 
     def drop_unreferenced(self) -> None:
         """Drop every old version (the rewritten fragments' files go with them) and every
@@ -169,8 +153,8 @@ class Maintenance:
         under the rewrite lock: an update or delete committed meanwhile would fail it."""
         with self.rewrite_lock:
             fragments = {f.fragment_id: f for f in table.to_lance().get_fragments()}
-            if fragment not in fragments:  # every row of it deleted, or rewritten since
-                return
+            if fragment not in fragments or not fragments[fragment].metadata.deletion_file:
+                return  # every row of it deleted, or rewritten since (its deletions materialised)
             sizes = self._sizes()
             rows = fragments[fragment].physical_rows
             if rows <= 2 * self._fragment_rows:  # one fragment again, not one and a sliver left alone
@@ -186,10 +170,14 @@ class Maintenance:
         versions older than ``older_than``."""
         self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(**self._sizes()))
         table.checkout_latest()
+        self._fold_indexes(table)
+        self._drop_versions(table, older_than)
+
+    def _fold_indexes(self, table: LanceTable) -> None:
+        """Fold the rows appended since into the indexes."""
         if table.list_indices():
             self._retry_conflicts(lambda: table.to_lance().optimize.optimize_indices())
             table.checkout_latest()
-        self._drop_versions(table, older_than)
 
     @staticmethod
     def _drop_versions(table: LanceTable, older_than: timedelta, *, delete_unverified: bool = False) -> None:
@@ -204,15 +192,12 @@ class Maintenance:
 
     @staticmethod
     def _retry_conflicts(commit: Callable[[], object]) -> None:
-        """Run a commit, again on a commit conflict (another writer's commit came first)."""
-        for attempt in range(_CONFLICT_TRIES):
-            try:
+        """Run a commit, again (planned anew, after a short random wait) while another writer's
+        commit comes first: other servers sharing the log compact and index it too."""
+        for attempt in Retrying(retry=retry_if_exception(_is_conflict), stop=stop_after_attempt(_CONFLICT_TRIES),
+                                wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True):  # fmt: skip
+            with attempt:
                 commit()
-                return
-            except (OSError, RuntimeError, ValueError) as exc:  # a conflict is retryable; anything else is not
-                message = str(exc).lower()
-                if not ("conflict" in message or "preempted" in message) or attempt == _CONFLICT_TRIES - 1:
-                    raise
 
     # -- compaction and indexes --------------------------------------------------------
 
@@ -226,7 +211,7 @@ class Maintenance:
         in an hour of ingest (``purge`` drops them all at once).
 
         Raises:
-            OSError, RuntimeError: Compaction failed (a commit conflict, after three tries).
+            OSError, RuntimeError: Compaction failed (a commit conflict, after five tries).
         """
         table = self._tables.records
         if table is None:
@@ -248,8 +233,8 @@ class Maintenance:
             for side in self._tables.side:  # a version per write otherwise: every read lists them all
                 try:
                     side.optimize(cleanup_older_than=OLD_VERSIONS_KEPT)
-                except RuntimeError as exc:  # another server compacting it: its turn
-                    if "conflict" not in str(exc).lower():
+                except (OSError, RuntimeError) as exc:  # another server compacting it: its turn
+                    if not _is_conflict(exc):
                         raise
         left = {"small_fragments_left": self.small_fragments()}
         scratch = self._maintained.with_suffix(".tmp")

@@ -34,11 +34,13 @@ def _of_user(where: str, user_id: str | None) -> str:
 
 class LogWriter:
     """Every change to the records table. Each drops the cached copies of the rows it changes
-    (before and after, under the rewrite lock); appends extend the caches instead.
+    (before and after, under the rewrite lock: a compaction committed meanwhile would fail
+    it); appends extend the caches instead. An update or delete leaves the old copy marked in
+    its fragment, for the next purge (``Maintenance.rewrite_deleted``).
 
     Args:
         tables: The log's tables.
-        maintenance: Its rewrite lock, and the fragments deletes and updates leave.
+        maintenance: Its rewrite lock.
         cache: Records in memory.
         vector_cache: Users' search vectors in memory.
         token_cache: Users' token vectors in memory.
@@ -168,8 +170,6 @@ class LogWriter:
             table = self._tables.records
             if table is None:
                 return
-            # An update leaves the old copy where it was: note those fragments, in one read.
-            self._maintenance.note_fragments(table, _of_user(sql_in("id", list(ids_to_vectors)), user_id))
             for rid, (prev_id, vector) in ids_to_vectors.items():
                 where = _of_user(f"id = {sql_str(rid)}", user_id)
                 table.update(where=where, values={"prev_id": prev_id, "vector": [float(x) for x in vector]})
@@ -185,7 +185,6 @@ class LogWriter:
             table = self._tables.records
             if table is not None:
                 where = _of_user(sql_in("id", rids), user_id)
-                self._maintenance.note_fragments(table, where)
                 table.update(where=where, values={"superseded_by": by_id, "valid_to": valid_to})
                 for rid in rids:
                     self._vector_cache.mark_superseded(rid, by_id, user_id)
@@ -251,7 +250,7 @@ class LogWriter:
                 chunk = ids[start : start + 500]
                 where = _of_user(sql_in("id", chunk), user_id)
                 deleted += table.count_rows(where)
-                self._maintenance.delete(table, where)
+                table.delete(where)
             return deleted
 
     def delete_user(self, user_id: str) -> None:
@@ -259,4 +258,4 @@ class LogWriter:
         with self._changing(None, vectors=True, user_id=user_id):
             table = self._tables.records
             if table is not None:
-                self._maintenance.delete(table, of_user(user_id))
+                table.delete(of_user(user_id))
