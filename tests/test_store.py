@@ -1227,15 +1227,16 @@ def test_a_read_that_raced_a_rewrite_does_not_leave_the_old_row_cached(
         log.cache.evict()
     else:
         log.vector_cache.invalidate()  # size unknown: get() reads by id
-    real = log.records
+    read = "user_rows" if whole else "records"
+    real = getattr(log, read)
 
-    def racing(where: str, limit: int | None = None) -> list[Record]:
-        rows = real(where, limit)  # the old row is read...
-        monkeypatch.setattr(log, "records", real)
+    def racing(*args: Any) -> Any:
+        rows = real(*args)  # the old row is read...
+        monkeypatch.setattr(log, read, real)
         log.set_superseded([fact.id], "newer", datetime.now(UTC))  # ...and rewritten before it is cached
         return rows
 
-    monkeypatch.setattr(log, "records", racing)
+    monkeypatch.setattr(log, read, racing)
     assert log.get("u", [fact.id])[fact.id].superseded_by == ""  # the caller in flight saw the old row
     assert log.get("u", [fact.id])[fact.id].superseded_by == "newer"  # the cache did not keep it
 
@@ -1261,22 +1262,33 @@ def test_a_user_read_whole_is_served_from_memory_and_stays_current(
     assert log.get("u", [later]) == {} and not log.cache.holds_whole("u")
 
 
-def test_an_overflowing_cache_forgets_only_the_users_it_drops_records_of() -> None:
+def test_the_users_read_whole_are_bounded_by_their_rows_least_recent_first() -> None:
+    import pyarrow as pa
+
     from mnemoplan.storage.log.record_cache import RecordCache
+    from mnemoplan.storage.log.schema import META_COLUMNS, table_schema
 
-    def rec(user: str, i: int) -> Record:
+    def rows(user: str, n: int) -> pa.Table:
         now = datetime.now(UTC)
-        return Record(id=f"{user}{i}", user_id=user, kind="message", text="x", occurred_at=now,
-                      created_at=now)  # fmt: skip
+        records = [Record(id=f"{user}{i}", user_id=user, kind="message", text=f"x{i}", occurred_at=now, created_at=now)
+                   for i in range(n)]  # fmt: skip
+        data = [{**r.model_dump(), "metadata": "{}"} for r in records]
+        return pa.Table.from_pylist(data, schema=table_schema(4)).select(META_COLUMNS)
 
-    cache = RecordCache(4)
-    cache.put([rec("a", 0), rec("a", 1)], whole_user="a")
-    cache.put([rec("b", 0), rec("b", 1)], whole_user="b")
-    cache.put([rec("c", 0)])  # drops a0: "a" is no longer whole, "b" still is
-    assert not cache.holds_whole("a") and cache.holds_whole("b")
+    cache = RecordCache(10, user_rows=4)
+    assert cache.put_user("a", rows("a", 2), cache.epoch()) and cache.put_user("b", rows("b", 2), cache.epoch())
+    cache.get_many("a", ["a0"])  # a used since b
+    assert cache.put_user("c", rows("c", 1), cache.epoch())  # drops b, the least recently used
+    assert cache.holds_whole("a") and not cache.holds_whole("b") and cache.holds_whole("c")
+    assert not cache.put_user("d", rows("d", 5), cache.epoch())  # more than it holds
+    found, missing = cache.get_many("a", ["a1", "a9", "b0"])
+    assert found["a1"].text == "x1" and missing == ["a9", "b0"]
     epoch = cache.epoch()
-    cache.evict(["c0"])
-    assert not cache.put([rec("c", 0)], epoch)  # read before a rewrite: not kept
+    cache.evict(["a1"])  # rewritten: read again by id, the user still whole
+    assert cache.get_many("a", ["a1"]) == ({}, ["a1"]) and cache.holds_whole("a")
+    assert not cache.put_user("b", rows("b", 2), epoch)  # read before a rewrite: not kept
+    assert not cache.put([Record(id="c0", user_id="c", kind="message", text="x", occurred_at=datetime.now(UTC),
+                                 created_at=datetime.now(UTC))], epoch)  # fmt: skip
 
 
 def test_a_log_left_in_small_fragments_is_compacted_in_the_background_when_opened(tmp_path: Path) -> None:

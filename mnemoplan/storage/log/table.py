@@ -25,8 +25,8 @@ from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import HAS_TOKENS, LACKS_TOKENS, Where, of_user, sql, sql_in
 from mnemoplan.storage.log.keys import UserKeys
 from mnemoplan.storage.log.maintenance import FRAGMENT_ROWS, Maintenance
-from mnemoplan.storage.log.record_cache import WHOLE_USER_MAX, WHOLE_USER_SHARE, RecordCache
-from mnemoplan.storage.log.schema import DOC_COLUMNS, META_COLUMNS, alone, row_to_record
+from mnemoplan.storage.log.record_cache import RecordCache
+from mnemoplan.storage.log.schema import DOC_COLUMNS, META_COLUMNS, alone, row_to_record, table_schema
 from mnemoplan.storage.log.tables import LogTables
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
@@ -182,15 +182,22 @@ class LanceLog:
             # One scan of the whole user costs about what reading these ids does (the filter,
             # not the rows, is the cost), and every later query is then served from memory,
             # which made a fresh server's first recalls several times faster.
-            read = self.records(RecordFilter(user_id))
-            self.cache.put(read, epoch, whole_user=user_id)
-            wanted = set(missing)
-            found.update({rec.id: rec for rec in read if rec.id in wanted})
-            return found
-        read = self.records(RecordFilter(user_id, ids=tuple(missing)))
+            rows = self.user_rows(user_id)
+            self.cache.put_user(user_id, rows, epoch)
+            wanted = rows.filter(pc.is_in(rows.column("id"), pa.array(missing, rows.column("id").type)))
+            read = [row_to_record(row) for row in wanted.to_pylist()]
+        else:
+            read = self.records(RecordFilter(user_id, ids=tuple(missing)))
         self.cache.put(read, epoch)
         found.update({rec.id: rec for rec in read})
         return found
+
+    def user_rows(self, user_id: str) -> pa.Table:
+        """All of a user's rows, as Arrow (``META_COLUMNS``)."""
+        table = self.tables.records
+        if table is None:
+            return table_schema(1).empty_table().select(META_COLUMNS)
+        return table.search().where(sql(RecordFilter(user_id))).select(META_COLUMNS).limit(None).to_arrow()
 
     def _load_whole(self, user_id: str) -> bool:
         """Whether to read a user's records whole into the cache: a user of known size (the vector
@@ -198,8 +205,7 @@ class LanceLog:
         if self.cache.holds_whole(user_id):
             return False
         vectors = self.vector_cache.get(user_id)
-        limit = min(WHOLE_USER_MAX, self.cache.capacity // WHOLE_USER_SHARE)
-        return vectors is not None and 0 < len(vectors) <= limit
+        return vectors is not None and 0 < len(vectors) <= self.cache.whole_user_max
 
     def vectors(self, user_id: str, ids: list[str], column: str = "embedding") -> dict[str, np.ndarray]:
         """Stored vectors of some records (from memory when the user's vectors are cached there)."""
