@@ -576,8 +576,8 @@ def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) ->
     assert log.get("u", [records[201].id])[records[201].id].text == "turn 201 marker HIDE201KK"
 
 
-def _forty(log: object, marker: str) -> list[Record]:
-    """Forty records of user u, appended in one call (one fragment), then compacted."""
+def _forty(log: object, marker: str, per_append: int = 40) -> list[Record]:
+    """Forty records of user u, appended ``per_append`` at a time (a fragment each), then compacted."""
     import numpy as np
 
     now = datetime.now(UTC)
@@ -585,7 +585,9 @@ def _forty(log: object, marker: str) -> list[Record]:
                       session_id="s", occurred_at=now, created_at=now, seq=i)
                for i in range(40)]  # fmt: skip
     vectors = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
-    log.add(records, vectors, vectors)  # type: ignore[attr-defined]
+    for start in range(0, 40, per_append):
+        log.add(records[start : start + per_append], vectors[start : start + per_append],  # type: ignore[attr-defined]
+                vectors[start : start + per_append])  # fmt: skip
     log.maintain()  # type: ignore[attr-defined]
     return records
 
@@ -600,8 +602,35 @@ def test_a_purge_rewrites_where_a_merge_left_the_old_copy(tmp_path: Path) -> Non
     log.set_mention_counts({records[5].id: 3})
     assert log.get("u", [records[5].id])[records[5].id].mention_count == 3
     log.delete([records[5].id], "u")
-    log.purge()
+    log.purge([records[5].id])
     assert on_disk(tmp_path, "HIDE5KK") == [] and on_disk(tmp_path, "HIDE6KK")
+
+
+def test_a_purge_leaves_alone_the_fragments_marked_only_by_updates_of_kept_records(tmp_path: Path) -> None:
+    """Updates mark rows all over a large log; a forget's purge rewrites only what held the
+    forgotten records' copies (each fragment ~1 s to rewrite: forgets queued behind them)."""
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log", fragment_rows=16)
+    records = _forty(log, "k", per_append=16)  # three fragments: 16, 16, 8 rows
+
+    def fragment_of(rid: str) -> int:
+        rows = log.tables.records.search().where(f"id = '{rid}'").with_row_id(True).select([]).to_arrow()
+        return int(rows.column("_rowid")[0].as_py()) >> 32
+
+    def files() -> dict[int, list[str]]:
+        return {f.fragment_id: [d.path for d in f.data_files()] for f in log.tables.records.to_lance().get_fragments()}
+
+    kept, gone = records[1], records[30]
+    assert fragment_of(kept.id) != fragment_of(gone.id)
+    updated = fragment_of(kept.id)
+    log.set_mention_counts({kept.id: 2})  # marks the old copy in its fragment
+    log.delete([gone.id], "u")
+    before = files()
+    log.purge([gone.id])
+    assert on_disk(tmp_path, "HIDE30KK") == [] and on_disk(tmp_path, "HIDE31KK")
+    assert files()[updated] == before[updated]  # not rewritten
+    assert log.get("u", [kept.id])[kept.id].mention_count == 2
 
 
 def test_a_purge_rewrites_rows_another_server_deleted(tmp_path: Path) -> None:

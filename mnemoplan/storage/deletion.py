@@ -325,7 +325,7 @@ class Deleter:
 
     def _purge(self, user_id: str | None = None) -> list[Intent] | None:
         """Take the bytes of deleted records off the disk: the user's BM25 index rebuilt
-        without them, the log's old copies and versions (``LanceLog.rewrite_deleted``, then
+        without them, the log's old copies of them and old versions (``LanceLog.rewrite_deleted``, then
         ``drop_unreferenced``) and the graph's write-ahead log. Returns the purge intents it
         finished, or None if the store was closed first (the intents then run at the next
         start). Runs the user's pending purges; without ``user_id``, everyone's (start-up repair).
@@ -355,7 +355,8 @@ class Deleter:
                 if not begun.keys() & self._purges.keys():
                     return []
                 covered = self._rebuilt & self._purges.keys()  # their deletes are all in the log already
-            self._log.rewrite_deleted()
+                ids = {rid for token in covered for rid in self._purges[token].ids}
+            self._log.rewrite_deleted(ids)
             self._graph.checkpoint()
             with self._locks.write:
                 self._log.drop_unreferenced()

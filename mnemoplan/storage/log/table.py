@@ -11,7 +11,7 @@ are its collaborators. Reads take a ``RecordFilter`` (``filters.py`` writes its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -358,20 +358,21 @@ class LanceLog:
         """
         self.maintenance.maintain()
 
-    def rewrite_deleted(self) -> None:
-        """Rewrite the fragments holding deleted rows (see ``Maintenance.rewrite_deleted``)."""
-        self.maintenance.rewrite_deleted()
+    def rewrite_deleted(self, ids: Collection[str] | None = None) -> None:
+        """Rewrite the fragments holding marked copies of these records, or of every deleted or
+        updated row (see ``Maintenance.rewrite_deleted``)."""
+        self.maintenance.rewrite_deleted(ids)
 
     def drop_unreferenced(self) -> None:
         """Drop old versions and unreferenced files (see ``Maintenance.drop_unreferenced``);
         must not run beside an append."""
         self.maintenance.drop_unreferenced()
 
-    def purge(self) -> None:
-        """Take every deleted row's bytes off the disk (``rewrite_deleted``, then
-        ``drop_unreferenced``); must not run beside an append."""
+    def purge(self, ids: Collection[str] | None = None) -> None:
+        """Take the bytes of these deleted records (of every deleted row, without ``ids``) off
+        the disk (``rewrite_deleted``, then ``drop_unreferenced``); must not run beside an append."""
         with self.maintenance.rewrite_lock:
-            self.rewrite_deleted()
+            self.rewrite_deleted(ids)
             self.drop_unreferenced()
 
     def needs_vector_index(self) -> bool:
