@@ -311,20 +311,26 @@ def test_writes_during_a_forgets_index_rebuild_are_neither_held_up_nor_lost(
 
 
 def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A purge rewrites fragment after fragment (an old store's first purge splits a 4 GB
-    fragment: half a minute). Each rewrite holds the rewrite lock (a delete or update committed
-    meanwhile would fail it), but not the time between them: held up just before a rewrite,
-    the purge lets appends, the update that replaces a session's summary and a second
-    forget's delete go on; only the end of the purge holds writes up."""
+    """A purge rewrites fragment after fragment (~1 s each at 16k rows; an old store's first
+    purge splits a 4 GB fragment: half a minute). Held up inside a rewrite, between its plan
+    and its commit, the purge lets appends, the update that replaces a session's summary and
+    a second forget's delete go on: the rewrite, not they, loses the conflict and is planned
+    again. Only the end of the purge holds writes up."""
+    from lance.dataset import DatasetOptimizer
+
     data = tmp_path / "data"
     svc = make_service(data)
     rewriting, release = threading.Event(), threading.Event()
-    rewrite = svc.store.log.maintenance._rewrite_fragment
+    compact = DatasetOptimizer.compact_files
+    tries: list[int] = []
 
-    def slow_rewrite(table: object, fragment: int) -> None:
-        rewriting.set()
-        release.wait(60)
-        rewrite(table, fragment)
+    def slow_compact(self: DatasetOptimizer, **options: Any) -> Any:
+        if options.get("excluded_fragment_ids") is not None:  # a purge's rewrite: the first waits
+            tries.append(1)
+            if len(tries) == 1:
+                rewriting.set()
+                release.wait(300)  # longer than the waits below: a write held up by it fails them
+        return compact(self, **options)
 
     def episodes() -> set[str]:
         return {r["id"] for r in svc.store.log.select("user_id = 'u' AND kind = 'episode'", ["id"])}
@@ -334,7 +340,7 @@ def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch
         (summary,) = episodes()
         svc.store.wait_for_writes("u")
         svc.store.log.maintain()  # one compacted fragment holds every row
-        monkeypatch.setattr(svc.store.log.maintenance, "_rewrite_fragment", slow_rewrite)
+        monkeypatch.setattr(DatasetOptimizer, "compact_files", slow_compact)
         forgets = [threading.Thread(target=svc.forget, kwargs={"ids": [rid], "user_id": "u"}) for rid in ids[:2]]
         forgets[0].start()
         assert rewriting.wait(60)
@@ -355,6 +361,7 @@ def test_writes_go_on_while_a_purge_rewrites_the_log(tmp_path: Path, monkeypatch
             assert not forget.is_alive()
         assert on_disk(data, "HIDE0KK") == on_disk(data, "HIDE1KK") == [] and on_disk(data, "HIDE2KK")
         assert on_disk(data, "WHILE9KK") and svc.store.journal.pending() == []
+        assert len(tries) > 1  # the held-up rewrite lost to the writes, and was planned again
     finally:
         release.set()
         svc.close()

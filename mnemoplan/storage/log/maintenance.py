@@ -71,8 +71,11 @@ class Maintenance:
         self._fragment_rows = fragment_rows
         self._scalar_min_rows = max(1, ann_min_rows // 10)
         # Compaction rewrites fragments; an update or delete committed meanwhile makes it fail
-        # ("Rewrite preempted by Update"). Appends commute with it and never take this lock;
-        # updates and deletes take it (``LogWriter``).
+        # ("Rewrite preempted by Update"), never the other way round (Lance rebases an update
+        # on a compaction). Updates and deletes take this lock (``LogWriter``); a compaction
+        # runs beside them and takes it only once it lost to them ``_CONFLICT_TRIES`` times
+        # (``_commit``): held through a fragment's rewrite (~1 s at 16k rows), it kept every
+        # write waiting, a writer holding the store's write lock while it waited.
         # Reentrant: a purge holds it and compacts fragments, each of which takes it again.
         self.rewrite_lock = threading.RLock()
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
@@ -94,8 +97,8 @@ class Maintenance:
         behind it. Lance remaps the indexes to the rewritten rows, dropping the deleted ones:
         the B-trees' and the vector index's copies of them go with the old versions (and those
         of a fragment every row of which was deleted, with nothing left to rewrite:
-        ``_drop_index_copies``). Updates and deletes wait for one fragment at a time (a
-        compaction and an update of the same fragment cannot both commit), not for the whole.
+        ``_drop_index_copies``). Updates and deletes go on
+        meanwhile (``_commit``).
         Nothing else is compacted here (``maintain`` merges small fragments).
 
         Old versions are dropped as maintenance drops them, not all: dropping the version an
@@ -103,15 +106,14 @@ class Maintenance:
         ``drop_unreferenced`` drops the rest, with no append running.
         """
         for table in self._keyed_tables():
-            with self.rewrite_lock:
-                table.checkout_latest()  # with what other servers sharing the log marked
-                dataset = table.to_lance()
-            fragments = self._holding(dataset, ids if table is self._tables.records else None)
+            table.checkout_latest()  # with what other servers sharing the log marked
+            fragments = self._holding(table.to_lance(), ids if table is self._tables.records else None)
             for fragment in fragments:
                 self._rewrite_fragment(table, fragment)
-            with self.rewrite_lock, warnings.catch_warnings():
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self._drop_index_copies(table)
+                with self.rewrite_lock:
+                    self._drop_index_copies(table)
                 self._fold_indexes(table)
                 self._drop_versions(table, OLD_VERSIONS_KEPT)
 
@@ -171,25 +173,29 @@ class Maintenance:
 
     def _rewrite_fragment(self, table: LanceTable, fragment: int) -> None:
         """Compact one fragment alone, its deletions materialised (none left: nothing to do),
-        under the rewrite lock: an update or delete committed meanwhile would fail it."""
-        with self.rewrite_lock:
-            fragments = {f.fragment_id: f for f in table.to_lance().get_fragments()}
+        planned anew at each try (``_commit``)."""
+
+        def compact() -> None:
+            table.checkout_latest()
+            dataset = table.to_lance()
+            fragments = {f.fragment_id: f for f in dataset.get_fragments()}
             if fragment not in fragments or not fragments[fragment].metadata.deletion_file:
                 return  # every row of it deleted, or rewritten since (its deletions materialised)
             sizes = self._sizes()
             rows = fragments[fragment].physical_rows
             if rows <= 2 * self._fragment_rows:  # one fragment again, not one and a sliver left alone
                 sizes["target_rows_per_fragment"] = max(rows, self._fragment_rows)
-            self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(
-                **sizes, materialize_deletions=True, materialize_deletions_threshold=0.0,
-                excluded_fragment_ids=[f for f in fragments if f != fragment]))  # fmt: skip
-            table.checkout_latest()
+            dataset.optimize.compact_files(**sizes, materialize_deletions=True, materialize_deletions_threshold=0.0,
+                                           excluded_fragment_ids=[f for f in fragments if f != fragment])  # fmt: skip
+
+        self._commit(compact)
+        table.checkout_latest()
 
     def _optimize(self, table: LanceTable, older_than: timedelta) -> None:
         """What LanceDB's ``optimize`` does, with fragments of ``fragment_rows``: compact the
         small fragments (and those a tenth deleted), fold new rows into the indexes, drop the
         versions older than ``older_than``."""
-        self._retry_conflicts(lambda: table.to_lance().optimize.compact_files(**self._sizes()))
+        self._commit(lambda: table.to_lance().optimize.compact_files(**self._sizes()))
         table.checkout_latest()
         self._fold_indexes(table)
         self._drop_versions(table, older_than)
@@ -197,7 +203,7 @@ class Maintenance:
     def _fold_indexes(self, table: LanceTable) -> None:
         """Fold the rows appended since into the indexes."""
         if table.list_indices():
-            self._retry_conflicts(lambda: table.to_lance().optimize.optimize_indices())
+            self._commit(lambda: table.to_lance().optimize.optimize_indices())
             table.checkout_latest()
 
     @staticmethod
@@ -211,10 +217,23 @@ class Maintenance:
         (Lance's 1,024-row groups otherwise: a file holds at least one)."""
         return {"target_rows_per_fragment": self._fragment_rows, "max_rows_per_group": min(1024, self._fragment_rows)}
 
+    def _commit(self, commit: Callable[[], object]) -> None:
+        """Run a compaction or an index's upkeep beside updates and deletes, again (planned anew,
+        after a short random wait) while one of theirs comes first, and at last under the
+        rewrite lock, which holds theirs off: a fragment many writes touch is still rewritten.
+        Other servers sharing the log commit too: conflicts with theirs are retried the same way."""
+        try:
+            self._retry_conflicts(commit)
+        except (OSError, RuntimeError, ValueError) as exc:
+            if not _is_conflict(exc):
+                raise
+            with self.rewrite_lock:
+                self._retry_conflicts(commit)
+
     @staticmethod
     def _retry_conflicts(commit: Callable[[], object]) -> None:
         """Run a commit, again (planned anew, after a short random wait) while another writer's
-        commit comes first: other servers sharing the log compact and index it too."""
+        commit comes first."""
         for attempt in Retrying(retry=retry_if_exception(_is_conflict), stop=stop_after_attempt(_CONFLICT_TRIES),
                                 wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True):  # fmt: skip
             with attempt:
@@ -248,7 +267,7 @@ class Maintenance:
             table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
         elif not wanted and "vector_idx" in names:  # built by an earlier version, at ann_min_rows alone
             table.drop_index("vector_idx")
-        with self.rewrite_lock, warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._optimize(table, OLD_VERSIONS_KEPT)
             for side in self._tables.side:  # a version per write otherwise: every read lists them all
