@@ -31,7 +31,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -88,6 +89,37 @@ _READS = frozenset({
     "ids", "entity_records", "related_entities", "neighbours", "session_records", "derived_from",
 })  # fmt: skip
 _FRAME = struct.Struct("!Q")
+
+
+class _ReadsFirst:
+    """The pipe's lock: one call at a time, and a waiting read goes before a waiting write.
+
+    The child answers one call at a time, and a write (a remember's entities, a forget's
+    delete) can take a hundred milliseconds on a large graph: under many clients at once,
+    recalls queued behind them for seconds. Writes come from the overlays' background
+    writer and from forgets, which wait for a purge anyway.
+    """
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._busy = False
+        self._reads_waiting = 0
+
+    @contextmanager
+    def hold(self, read: bool = False) -> Iterator[None]:
+        with self._turn:
+            self._reads_waiting += read
+            try:
+                self._turn.wait_for(lambda: not self._busy and (read or not self._reads_waiting))
+            finally:
+                self._reads_waiting -= read
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._busy = False
+                self._turn.notify_all()
 
 
 class GraphError(RuntimeError):
@@ -180,10 +212,10 @@ class GraphIndex:
         self._argv = [str(path), str(buffer_pool_mb), str(unwind), *(["ro"] if read_only else [])]
         self._open_wait_s = open_wait_s
         self._read_timeout_s = read_timeout_s
-        self._lock = threading.Lock()
+        self._lock = _ReadsFirst()
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
-        with self._lock:
+        with self._lock.hold():
             if fresh:
                 self._remove_files()
             self._start()
@@ -231,7 +263,7 @@ class GraphIndex:
             time.sleep(0.2)
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
+        with self._lock.hold(read=name in _READS):
             for attempt in (1, 2):
                 if self._closed:
                     raise GraphError("the graph is closed")
@@ -316,7 +348,7 @@ class GraphIndex:
 
     def close(self) -> None:
         """Close the database and wait for the child to exit (other processes may open it afterwards)."""
-        with self._lock:
+        with self._lock.hold():
             if self._closed:
                 return
             self._closed = True
@@ -327,7 +359,7 @@ class GraphIndex:
 
     def recreate(self) -> None:
         """Start again from an empty database file (its pages hold nothing of the old one)."""
-        with self._lock:
+        with self._lock.hold():
             if self._closed:
                 raise GraphError("the graph is closed")
             proc, self._proc = self._proc, None
