@@ -30,14 +30,15 @@ log = logging.getLogger(__name__)
 # Told the user's id once a delete took records of theirs out of every store.
 ForgetListener = Callable[[str], None]
 
+# What a delete's intent keeps of its records' links: {"prev": {id: prev_id}, "replaced_by": {id: id}}.
+Links = dict[str, dict[str, str]]
+
 
 class _AtOnce(list[Callable[[], object]]):
     """Graph writes made as they are listed (a delete run again at start-up or by the next delete)."""
 
     def append(self, write: Callable[[], object]) -> None:
         write()
-# What a delete's intent keeps of its records' links: {"prev": {id: prev_id}, "replaced_by": {id: id}}.
-Links = dict[str, dict[str, str]]
 
 
 @dataclass

@@ -58,7 +58,7 @@ class UserKeys:
 
     def drop(self, user_id: str) -> None:
         """Destroy a user's secret: what the graph kept of them can no longer be linked to names."""
-        with self._lock, self._maintenance.rewrite_lock:  # a compaction committed meanwhile would fail the delete
+        with self._lock, self._maintenance.rewrite_lock:  # as every delete (see Maintenance.rewrite_lock)
             self._salts.pop(user_id, None)
             if self._tables.keys is not None:
                 self._tables.keys.delete(of_user(user_id))

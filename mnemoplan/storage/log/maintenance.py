@@ -76,7 +76,7 @@ class Maintenance:
         # runs beside them and takes it only once it lost to them ``_CONFLICT_TRIES`` times
         # (``_commit``): held through a fragment's rewrite (~1 s at 16k rows), it kept every
         # write waiting, a writer holding the store's write lock while it waited.
-        # Reentrant: a purge holds it and compacts fragments, each of which takes it again.
+        # Reentrant: ``LanceLog.purge`` holds it around a whole purge, whose steps may take it.
         self.rewrite_lock = threading.RLock()
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
 
@@ -97,10 +97,9 @@ class Maintenance:
         behind it. Lance remaps the indexes to the rewritten rows, dropping the deleted ones:
         the B-trees' and the vector index's copies of them go with the old versions (and those
         of a fragment every row of which was deleted, with nothing left to rewrite:
-        ``_drop_index_copies``). Updates and deletes go on
-        meanwhile (``_commit``).
-        Nothing else is compacted or indexed here (``maintain`` merges small fragments and folds
-        new rows into the indexes: ~0.3 s of each purge on a 500k-record log).
+        ``_drop_index_copies``). Updates and deletes go on meanwhile (``_commit``). Nothing
+        else is compacted or indexed here (``maintain`` merges small fragments and folds new
+        rows into the indexes: ~0.3 s of each purge on a 500k-record log).
 
         Old versions are dropped as maintenance drops them, not all: dropping the version an
         append began from, before it commits, loses the append (Lance issue #3718).

@@ -34,8 +34,8 @@ def _of_user(where: str, user_id: str | None) -> str:
 
 class LogWriter:
     """Every change to the records table. Each drops the cached copies of the rows it changes
-    (before and after, under the rewrite lock: a compaction committed meanwhile would fail
-    it); appends extend the caches instead. An update or delete leaves the old copy marked in
+    (before and after, under the rewrite lock, which a compaction that kept losing to updates
+    takes to hold them off); appends extend the caches instead. An update or delete leaves the old copy marked in
     its fragment, for the next purge (``Maintenance.rewrite_deleted``).
 
     Args:
