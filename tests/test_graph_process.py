@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -14,7 +15,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from mnemoplan.storage.graph import client as graph
-from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphMention, GraphRecord
+from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphMention, GraphRecord, GraphRelation
 from mnemoplan.model import MessageIn
 from mnemoplan.service.service import MemoryService
 
@@ -300,3 +301,45 @@ def test_a_database_whose_log_replays_edges_written_and_deleted_opens_safely(tmp
         assert index.ids("k" * 32) == {record(0).id}
     finally:
         index.close()
+
+
+_COUNTS = """
+import json, sys
+from pathlib import Path
+from mnemoplan.storage.graph.kuzu_child import KuzuGraph
+
+graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=64, unwind_max_records=1000)
+print(json.dumps({table: graph._run(query)[0][0] for table, query in {
+    "Entity": "MATCH (e:Entity) RETURN count(e)", "Session": "MATCH (s:Session) RETURN count(s)",
+    "RELATED": "MATCH ()-[x:RELATED]->() RETURN count(x)"}.items()}))
+graph.close()
+"""
+
+
+@pytest.mark.parametrize("others", [0, 250], ids=["a few records, sought by key", "many, over the whole graph"])
+def test_a_delete_takes_the_facts_relations_and_what_is_left_pointing_at_nothing(tmp_path: Path, others: int) -> None:
+    """A forgotten fact's relation must not steer a later search, and an entity or session only
+    it pointed at must not stay; one still pointed at by a kept record stays."""
+    path = tmp_path / "graph.kuzu"
+    user, kept_entity, gone_entity = "k" * 32, "a" * 32, "b" * 32
+    fact = GraphRecord(id="f" * 32, user=user, kind="fact", seq=1, ts=1, session="t" * 32,
+                       mentions=(GraphMention(kept_entity, role="subject"), GraphMention(gone_entity, role="object")),
+                       relations=(GraphRelation(kept_entity, gone_entity, "f" * 32),))  # fmt: skip
+    kept = GraphRecord(id="k" * 31 + "0", user=user, kind="message", seq=2, ts=2, session="s" * 32,
+                       mentions=(GraphMention(kept_entity),))  # fmt: skip
+    extra = [GraphRecord(id=f"x{i:031d}", user=user, kind="message", seq=3 + i, ts=3, session="t" * 32)
+             for i in range(others)]  # fmt: skip
+    index = GraphIndex(path)
+    try:
+        index.add([fact, kept, *extra], fresh=True)
+        assert [b for _, b, _ in index.related_entities(user, [kept_entity])] == [gone_entity]
+        assert index.delete([fact.id, *(r.id for r in extra)]) == 1 + others
+        assert index.related_entities(user, [kept_entity]) == [] and index.ids(user) == {kept.id}
+        assert index.entity_records(user, [kept_entity]) == [(kept.id, kept_entity, "mention")]
+    finally:
+        index.close()
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _COUNTS, str(path)], env=env, check=True, capture_output=True,
+                         text=True, timeout=120).stdout  # fmt: skip
+    assert json.loads(out.strip().splitlines()[-1]) == {"Entity": 1, "Session": 1, "RELATED": 0}
