@@ -303,17 +303,45 @@ def test_a_database_whose_log_replays_edges_written_and_deleted_opens_safely(tmp
         index.close()
 
 
-_COUNTS = """
+_COUNT = """
 import json, sys
 from pathlib import Path
 from mnemoplan.storage.graph.kuzu_child import KuzuGraph
 
 graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=64, unwind_max_records=1000)
-print(json.dumps({table: graph._run(query)[0][0] for table, query in {
-    "Entity": "MATCH (e:Entity) RETURN count(e)", "Session": "MATCH (s:Session) RETURN count(s)",
-    "RELATED": "MATCH ()-[x:RELATED]->() RETURN count(x)"}.items()}))
+print(json.dumps({name: graph._run(query)[0][0] for name, query in json.loads(sys.argv[2]).items()}))
 graph.close()
 """
+
+
+def count_in(path: Path, **queries: str) -> dict[str, int]:
+    """Counts read from a graph no process holds, in a process of their own (this one never loads Kùzu)."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _COUNT, str(path), json.dumps(queries)], env=env, check=True,
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def fact_relating(subject: str, target: str, user: str = "k" * 32) -> GraphRecord:
+    """A fact whose subject and object are related by it (as ``graph_record`` writes one)."""
+    return GraphRecord(id="f" * 32, user=user, kind="fact", seq=1, ts=1, session="t" * 32,
+                       mentions=(GraphMention(subject, role="subject"), GraphMention(target, role="object")),
+                       relations=(GraphRelation(subject, target, "f" * 32),))  # fmt: skip
+
+
+def test_a_superseded_facts_relation_is_closed_and_opened_again(tmp_path: Path) -> None:
+    path = tmp_path / "graph.kuzu"
+    for valid_to, closed in ((5, 1), (None, 0)):
+        index = GraphIndex(path)
+        try:
+            if valid_to == 5:
+                index.add([fact_relating("a" * 32, "b" * 32)], fresh=True)
+            index.close_relation("f" * 32, valid_to)
+        finally:
+            index.close()
+        assert count_in(path, closed="MATCH ()-[x:RELATED]->() WHERE x.valid_to = 5 RETURN count(x)",
+                        all="MATCH ()-[x:RELATED]->() RETURN count(x)") == {"closed": closed, "all": 1}  # fmt: skip
 
 
 @pytest.mark.parametrize("others", [0, 250], ids=["a few records, sought by key", "many, over the whole graph"])
@@ -322,9 +350,7 @@ def test_a_delete_takes_the_facts_relations_and_what_is_left_pointing_at_nothing
     it pointed at must not stay; one still pointed at by a kept record stays."""
     path = tmp_path / "graph.kuzu"
     user, kept_entity, gone_entity = "k" * 32, "a" * 32, "b" * 32
-    fact = GraphRecord(id="f" * 32, user=user, kind="fact", seq=1, ts=1, session="t" * 32,
-                       mentions=(GraphMention(kept_entity, role="subject"), GraphMention(gone_entity, role="object")),
-                       relations=(GraphRelation(kept_entity, gone_entity, "f" * 32),))  # fmt: skip
+    fact = fact_relating(kept_entity, gone_entity)
     kept = GraphRecord(id="k" * 31 + "0", user=user, kind="message", seq=2, ts=2, session="s" * 32,
                        mentions=(GraphMention(kept_entity),))  # fmt: skip
     extra = [GraphRecord(id=f"x{i:031d}", user=user, kind="message", seq=3 + i, ts=3, session="t" * 32)
@@ -338,8 +364,5 @@ def test_a_delete_takes_the_facts_relations_and_what_is_left_pointing_at_nothing
         assert index.entity_records(user, [kept_entity]) == [(kept.id, kept_entity, "mention")]
     finally:
         index.close()
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _COUNTS, str(path)], env=env, check=True, capture_output=True,
-                         text=True, timeout=120).stdout  # fmt: skip
-    assert json.loads(out.strip().splitlines()[-1]) == {"Entity": 1, "Session": 1, "RELATED": 0}
+    assert count_in(path, Entity="MATCH (e:Entity) RETURN count(e)", Session="MATCH (s:Session) RETURN count(s)",
+                    RELATED="MATCH ()-[x:RELATED]->() RETURN count(x)") == {"Entity": 1, "Session": 1, "RELATED": 0}

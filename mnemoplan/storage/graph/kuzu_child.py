@@ -207,9 +207,12 @@ class KuzuGraph:
                        "SET x.strength = $s, x.negated = $n", relations, batched=batched)  # fmt: skip
 
     def close_relation(self, fact_id: str, valid_to: int | None) -> None:
-        """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
+        """Mark the edges a superseded fact created as no longer valid (None: valid again). They
+        start at its subjects (``graph_record``): sought from the fact by key, not among every
+        relation of the graph (a scan of them all at each superseded fact)."""
         self._unsettled = True
-        self._run("MATCH ()-[x:RELATED {fact: $f}]->() SET x.valid_to = $t", {"f": fact_id, "t": valid_to})
+        self._run("MATCH (r:Record {id: $f})-[:MENTIONS]->(:Entity)-[x:RELATED]->(:Entity) WHERE x.fact = $f "
+                  "SET x.valid_to = $t", {"f": fact_id, "t": valid_to})  # fmt: skip
 
     def _settle(self) -> None:
         """Checkpoint before deleting edges if some may not be persistent yet (see the class's doc)."""
