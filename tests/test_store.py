@@ -491,45 +491,6 @@ def test_a_forget_that_failed_part_way_is_finished_by_the_next_one(
         svc.close()
 
 
-def test_a_forgets_graph_writes_do_not_hold_up_other_users_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The graph process answers one call at a time, and recalls keep it busy: a forget that
-    held the store's write lock through its round trips (~1 s under load) held up every
-    remember of every user. Another user's remember goes on while the forget's graph delete
-    waits; the forget then ends as ever, its memory off the disk."""
-    data = tmp_path / "data"
-    svc = make_service(data)
-    deleting, release = threading.Event(), threading.Event()
-    real = svc.store.graph.delete
-
-    def slow_delete(ids: list[str]) -> int:
-        deleting.set()
-        release.wait(300)  # longer than the wait below: a remember held up by it fails it
-        return real(ids)
-
-    try:
-        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(3)])
-        svc.store.wait_for_writes("u")
-        monkeypatch.setattr(svc.store.graph, "delete", slow_delete)
-        forget = threading.Thread(target=svc.forget, kwargs={"ids": [ids[1]], "user_id": "u"})
-        forget.start()
-        assert deleting.wait(60)
-        writer = threading.Thread(target=say, args=(svc, "v", "s", ("Kim", "written meanwhile WHILE0KK")))
-        writer.start()
-        writer.join(timeout=60)
-        assert not writer.is_alive() and forget.is_alive()  # stored while the forget waits on the graph
-        assert svc.store.log.count("id = '" + ids[1] + "'") == 0  # already out of the log
-        release.set()
-        forget.join(timeout=60)
-        assert not forget.is_alive() and on_disk(data, "HIDE1KK") == [] and svc.store.journal.pending() == []
-        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
-        assert log_ids == bm25_ids == graph_ids == {ids[0], ids[2]}
-    finally:
-        release.set()
-        svc.close()
-
-
 def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path) -> None:
     """With a vector index, compaction leaves apart the fragments an update moved rows between."""
     import numpy as np

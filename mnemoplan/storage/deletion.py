@@ -29,16 +29,8 @@ log = logging.getLogger(__name__)
 
 # Told the user's id once a delete took records of theirs out of every store.
 ForgetListener = Callable[[str], None]
-
 # What a delete's intent keeps of its records' links: {"prev": {id: prev_id}, "replaced_by": {id: id}}.
 Links = dict[str, dict[str, str]]
-
-
-class _AtOnce(list[Callable[[], object]]):
-    """Graph writes made as they are listed (a delete run again at start-up or by the next delete)."""
-
-    def append(self, write: Callable[[], object]) -> None:
-        write()
 
 
 @dataclass
@@ -98,8 +90,6 @@ class Deleter:
         self._rebuilt: set[str] = set()  # of those, the ones whose user's BM25 index was rebuilt since
         self._stalled: set[str] = set()  # of those, the ones a purge failed to finish (or a redone delete's)
         self._unfinished: dict[str, Intent] = {}  # delete intents whose delete raised, by token
-        # Of those, the graph writes not made (their log part done: a run again would not find them).
-        self._graph_left: dict[str, list[Callable[[], object]]] = {}
 
     def delete(self, user_id: str, ids: list[str]) -> DeleteReport:
         """Delete records of one user everywhere, with what was derived from them, and purge.
@@ -113,39 +103,22 @@ class Deleter:
         in ``DeleteReport.finished``.
         """
         report = DeleteReport()
-        with self._locks.users.hold(user_id):  # no other write of the user's meanwhile
+        with self._locks.users.hold(user_id):
             self._overlays.flush(user_id)
-            all_ids = self._with_derived(ids) if ids else []
-            graph_writes: list[Callable[[], object]] = []
             with self._locks.write:
                 self._redo_deletes(user_id)
+                all_ids = self._with_derived(ids) if ids else []
                 existing = self._log.get(user_id, all_ids) if all_ids else {}
                 report.ids = [rid for rid in all_ids if rid in existing]
                 report.sessions = {r.session_id for r in existing.values() if r.session_id}
-                if not report.ids:
-                    intent = None
-                else:
+                if report.ids:
                     links = self._links(user_id, report.ids)
                     intent = self._journal.begin(Intent("delete", user_id, report.ids, extra=links))
                     try:
-                        self._delete_now(user_id, report, intent.extra, graph_writes)
+                        self._delete_now(user_id, report, intent.extra)
                     except BaseException:
                         self._unfinished[intent.token] = intent  # done again by the user's next delete
                         raise
-            if intent is not None:
-                # The graph's part, beside other users' writes: a round trip to the graph process,
-                # which recalls keep busy, held every write of every user up (~1 s a forget under
-                # load). Searches meanwhile find these records in the graph only, and read them
-                # from the log, which no longer has them. The purge is due once it is done.
-                for done, write in enumerate(graph_writes):
-                    try:
-                        write()
-                    except BaseException:
-                        with self._locks.write:
-                            self._unfinished[intent.token] = intent
-                            self._graph_left[intent.token] = graph_writes[done:]
-                        raise
-                with self._locks.write:
                     self._purge_later(intent)
         self._purge_user(user_id, report)  # the records are out of every store: writes may go on
         return report
@@ -170,7 +143,6 @@ class Deleter:
                 for token, failed in list(self._unfinished.items()):  # whatever they left, this removed
                     if failed.user_id == user_id:
                         del self._unfinished[token]
-                        self._graph_left.pop(token, None)
                         self._stalled.add(self._purge_later(failed).token)
                 self._purge_later(intent, report.ids)
         self._purge_user(user_id, report)
@@ -210,9 +182,6 @@ class Deleter:
             if intent.user_id != user_id:
                 continue
             self._delete_now(user_id, DeleteReport(ids=list(intent.ids)), intent.extra)
-            for write in self._graph_left.get(token, []):
-                write()
-            self._graph_left.pop(token, None)
             del self._unfinished[token]
             self._stalled.add(self._purge_later(intent).token)
 
@@ -232,15 +201,9 @@ class Deleter:
         return {"prev": {r["id"]: r["prev_id"] for r in rows if r["prev_id"]},
                 "replaced_by": {r["id"]: r["superseded_by"] for r in rows if r["superseded_by"]}}  # fmt: skip
 
-    def _delete_now(
-        self, user_id: str, report: DeleteReport, links: Links | None = None,
-        graph_writes: list[Callable[[], object]] | None = None,
-    ) -> None:  # fmt: skip
+    def _delete_now(self, user_id: str, report: DeleteReport, links: Links | None = None) -> None:
         """Delete ``report.ids`` from the log and every overlay (under the write lock); ``links``
-        (``_links``) stands in for the rows a delete run before already took out of the log.
-        The graph's writes are left in ``graph_writes``, in order, when given (the caller runs
-        them under the user's lock alone), else made at once."""
-        graph = graph_writes if graph_writes is not None else _AtOnce()
+        (``_links``) stands in for the rows a delete run before already took out of the log."""
         ids = report.ids
         gone = set(ids)
         following = self._log.records(RecordFilter(user_id, follows=tuple(ids)))
@@ -251,18 +214,16 @@ class Deleter:
         replaced_by = {**links.get("replaced_by", {}), **{row["id"]: row["superseded_by"] for row in deleted}}
         self._counts.forget(ids)
         report.per_store["log"] = self._log.delete(ids, user_id)
-        self._reopen(user_id, gone, replaced_by, graph)
-        graph.append(lambda: report.per_store.__setitem__("graph", self._graph.delete(ids)))
+        self._reopen(user_id, gone, replaced_by)
+        report.per_store["graph"] = self._graph.delete(ids)
         if successors:
-            self._recontext(user_id, successors, prev_of, gone, graph)
+            self._recontext(user_id, successors, prev_of, gone)
         # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
         report.per_store["bm25"] = self._bm25.delete(user_id, ids)
         self._overlays.forget_unindexed(user_id, ids)
         self._forgotten(user_id)
 
-    def _reopen(
-        self, user_id: str, gone: set[str], replaced_by: dict[str, str], graph: list[Callable[[], object]]
-    ) -> None:  # fmt: skip
+    def _reopen(self, user_id: str, gone: set[str], replaced_by: dict[str, str]) -> None:
         """What deleted records had replaced: pointed at what replaced them in turn, else current
         again (forgetting "I moved to Bergen" leaves Oslo as where the user lives), and then
         so are the messages the reopened facts were read from."""
@@ -278,7 +239,7 @@ class Deleter:
                 self._log.set_superseded([row["id"]], after, row["valid_to"], user_id)
                 continue
             self._log.set_superseded([row["id"]], "", None, user_id)
-            graph.append(lambda rid=row["id"]: self._graph.close_relation(rid, None))
+            self._graph.close_relation(row["id"], None)
             if row["kind"] == "fact":
                 sources.update(s for s in row["derived_from"] or [] if s not in gone)
         if sources:
@@ -286,9 +247,8 @@ class Deleter:
             self._log.set_superseded(self._log.ids(replaced), "", None, user_id)
 
     def _recontext(
-        self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str],
-        graph: list[Callable[[], object]],
-    ) -> None:  # fmt: skip
+        self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]
+    ) -> None:
         """Point each successor at the nearest surviving earlier turn and recompute its vector
         and its BM25 document (which held the deleted turn's words as context)."""
         new_prev: dict[str, str] = {}
@@ -309,8 +269,7 @@ class Deleter:
         keys = user_keys(self._log, user_id)
         assert keys is not None
         moved = [r.model_copy(update={"prev_id": new_prev[r.id]}) for r in successors]
-        nodes = [graph_record(r, keys) for r in moved]
-        graph.append(lambda: self._graph.add(nodes))
+        self._graph.add([graph_record(r, keys) for r in moved])
         self._bm25.add([bm25_doc(r, before.get(r.prev_id)) for r in moved], commit=False)
 
     def _forgotten(self, user_id: str) -> None:
