@@ -491,6 +491,39 @@ def test_a_forget_that_failed_part_way_is_finished_by_the_next_one(
         svc.close()
 
 
+def test_a_purge_takes_the_marked_rows_that_cite_or_follow_a_forgotten_record(tmp_path: Path) -> None:
+    """A session's summary quotes its messages and is replaced as the session grows, deleted
+    with no forget asking; the turn after a forgotten one is rewritten, its old vector having
+    leaned on the forgotten turn's. Purging a message takes both marked copies off the disk,
+    wherever they are."""
+    import numpy as np
+
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log")
+    now = datetime.now(UTC)
+
+    def rec(rid: str, text: str, **more: Any) -> Record:
+        return Record(id=rid * 32, user_id="u", kind=more.pop("kind", "message"), text=text, session_id="s",
+                      occurred_at=now, created_at=now, **more)  # fmt: skip
+
+    vectors = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    message, summary = rec("m", "forgotten words HIDEMKK"), rec("s", "summary quoting HIDEMKK", kind="episode",
+                                                                  derived_from=["m" * 32])  # fmt: skip
+    nxt, kept = rec("n", "next turn NEXTKK", prev_id="m" * 32), rec("k", "kept KEPTKK")
+    for batch in ([message, kept], [summary, kept.model_copy(update={"id": "j" * 32})],
+                  [nxt, kept.model_copy(update={"id": "i" * 32})]):  # a fragment each
+        log.add(batch, vectors, vectors)
+    before = {f.fragment_id: [d.path for d in f.data_files()] for f in log.tables.records.to_lance().get_fragments()}
+    log.delete([summary.id], "u")  # replaced by a newer summary, long before the forget
+    log.update_vectors({nxt.id: ("", vectors[1])}, "u")  # the forget's re-context of the next turn
+    log.delete([message.id], "u")
+    log.purge([message.id])
+    after = {f.fragment_id: [d.path for d in f.data_files()] for f in log.tables.records.to_lance().get_fragments()}
+    assert on_disk(tmp_path, "HIDEMKK") == [] and on_disk(tmp_path, "KEPTKK") and on_disk(tmp_path, "NEXTKK")
+    assert not set(before) & set(after)  # the next turn's old copy went too: no fragment left as it was
+
+
 def test_a_purge_also_rewrites_where_an_update_left_the_old_copy(tmp_path: Path) -> None:
     """With a vector index, compaction leaves apart the fragments an update moved rows between."""
     import numpy as np

@@ -117,17 +117,28 @@ class Maintenance:
 
     @staticmethod
     def _holding(dataset: Any, ids: Collection[str] | None) -> list[int]:
-        """The fragments whose deletion files mark a copy of one of ``ids`` (any marked row
-        without ``ids``): their ids read with the deleted rows, one fragment at a time (a
-        deleted row has no address to tell its fragment by)."""
+        """The fragments whose deletion files mark a row holding something of ``ids`` (any marked
+        row without ``ids``): a copy of one of them, a row derived from one (a session summary
+        replaced since, whose words are its messages'), or the next turn's old copy (its search
+        vector leaned on the forgotten turn's). Read with the deleted rows, one fragment at a
+        time (a deleted row has no address to tell its fragment by)."""
         marked = [f for f in dataset.get_fragments() if f.metadata.deletion_file]
         if ids is None:
             return [f.fragment_id for f in marked]
+        columns = [c for c in ("id", "prev_id", "derived_from") if c in dataset.schema.names]
         wanted = pa.array(sorted(ids), dataset.schema.field("id").type)
         holding = []
         for fragment in marked:
-            scan = dataset.scanner(columns=["id"], fragments=[fragment], with_row_id=True, include_deleted_rows=True)
-            if pc.any(pc.is_in(scan.to_table().column("id"), value_set=wanted)).as_py():
+            rows = dataset.scanner(columns=columns, fragments=[fragment], with_row_id=True,
+                                   include_deleted_rows=True).to_table()  # fmt: skip
+            rows = rows.filter(pc.is_null(rows.column("_rowid")))  # the marked rows alone
+            hit = pc.any(pc.is_in(rows.column("id"), value_set=wanted)).as_py()
+            if not hit and "prev_id" in columns:
+                hit = pc.any(pc.is_in(rows.column("prev_id"), value_set=wanted)).as_py()
+            if not hit and "derived_from" in columns:
+                sources = pc.list_flatten(rows.column("derived_from"))
+                hit = pc.any(pc.is_in(sources, value_set=wanted.cast(sources.type))).as_py()
+            if hit:
                 holding.append(fragment.fragment_id)
         return holding
 
