@@ -366,3 +366,35 @@ def test_a_delete_takes_the_facts_relations_and_what_is_left_pointing_at_nothing
         index.close()
     assert count_in(path, Entity="MATCH (e:Entity) RETURN count(e)", Session="MATCH (s:Session) RETURN count(s)",
                     RELATED="MATCH ()-[x:RELATED]->() RETURN count(x)") == {"Entity": 1, "Session": 1, "RELATED": 0}
+
+
+def test_reads_go_before_a_waiting_write_but_never_keep_it_out() -> None:
+    """Recalls' reads go first, but a write (a forget's delete, with the store's write lock
+    held) is not kept out by reads that never stop coming."""
+    lock = graph._ReadsFirst(ahead=4)
+    written, stop = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            with lock.hold(read=True):
+                order.append("r")
+
+    def writer() -> None:
+        with lock.hold():
+            order.append("W")
+            written.set()
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    try:
+        while len(order) < 10:  # reads under way
+            threading.Event().wait(0.001)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        assert written.wait(60)  # starved before: no moment without a read waiting
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join()

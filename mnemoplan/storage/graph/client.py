@@ -92,28 +92,44 @@ _FRAME = struct.Struct("!Q")
 
 
 class _ReadsFirst:
-    """The pipe's lock: one call at a time, and a waiting read goes before a waiting write.
+    """The pipe's lock: one call at a time, a waiting read going before a waiting write, up to
+    ``ahead`` reads in a row (then the write goes: under steady recalls it would never find
+    the pipe free of readers, and some writers hold wider locks while they wait).
 
     The child answers one call at a time, and a write (a remember's entities, a forget's
-    delete) can take a hundred milliseconds on a large graph: under many clients at once,
-    recalls queued behind them for seconds. Writes come from the overlays' background
-    writer and from forgets, which wait for a purge anyway.
+    delete, a rebuild) can take a hundred milliseconds on a large graph: under many clients at
+    once, recalls queued behind them for seconds.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, ahead: int = 4) -> None:
         self._turn = threading.Condition()
         self._busy = False
-        self._reads_waiting = 0
+        self._reads_waiting = self._writes_waiting = 0
+        self._ahead, self._passed = ahead, 0  # reads gone first while a write waited
+
+    def _may_go(self, read: bool) -> bool:
+        if self._busy:
+            return False
+        if read:
+            return not self._writes_waiting or self._passed < self._ahead
+        return not self._reads_waiting or self._passed >= self._ahead
 
     @contextmanager
     def hold(self, read: bool = False) -> Iterator[None]:
         with self._turn:
-            self._reads_waiting += read
+            if read:
+                self._reads_waiting += 1
+            else:
+                self._writes_waiting += 1
             try:
-                self._turn.wait_for(lambda: not self._busy and (read or not self._reads_waiting))
+                self._turn.wait_for(lambda: self._may_go(read))
             finally:
-                self._reads_waiting -= read
+                if read:
+                    self._reads_waiting -= 1
+                else:
+                    self._writes_waiting -= 1
             self._busy = True
+            self._passed = self._passed + 1 if read and self._writes_waiting else 0
         try:
             yield
         finally:
