@@ -231,7 +231,15 @@ class Maintenance:
         """Run a compaction or an index's upkeep beside updates and deletes, again (planned anew,
         after a short random wait) while one of theirs comes first, and at last under the
         rewrite lock, which holds theirs off: a fragment many writes touch is still rewritten.
-        Other servers sharing the log commit too: conflicts with theirs are retried the same way."""
+        Other servers sharing the log commit too: conflicts with theirs are retried the same way.
+
+        On a shared log the lock is taken first: a compaction that loses leaves its written
+        files for the clean-up, which there keeps unreferenced files a week (it cannot tell
+        another server's commit under way), and they may hold a row deleted meanwhile."""
+        if self._tables.shared:
+            with self.rewrite_lock:
+                self._retry_conflicts(commit)
+            return
         try:
             self._retry_conflicts(commit)
         except (OSError, RuntimeError, ValueError) as exc:
@@ -261,7 +269,8 @@ class Maintenance:
         in an hour of ingest (``purge`` drops them all at once).
 
         Raises:
-            OSError, RuntimeError: Compaction failed (a commit conflict, after five tries).
+            OSError, RuntimeError: Compaction failed (commit conflicts, five tries beside writes
+                and five more holding them off).
         """
         table = self._tables.records
         if table is None:
