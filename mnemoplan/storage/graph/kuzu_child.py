@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 
 PREPARED_HELD = 128  # distinct statement texts kept prepared (the code has a few dozen)
 CO_MENTION_RECORDS = 1_000  # an entity's latest records over which co-mentioned entities are counted
-DELETE_BY_KEY_MAX = 200  # records a delete (or its look-up) seeks one by one; more take a scan of the graph
+BY_KEY_MAX = 200  # records a delete (or a look-up) seeks one by one; more take a scan of the graph
+# Orphans: a session or an entity no record points at any more (``.format``: "" for all, or a key).
+_ORPHAN_SESSIONS = "MATCH (s:Session{}) WHERE NOT EXISTS {{ MATCH (:Record)-[:IN_SESSION]->(s) }} DELETE s"
+_ORPHAN_ENTITIES = "MATCH (e:Entity{}) WHERE NOT EXISTS {{ MATCH (:Record)-[:MENTIONS]->(e) }} DETACH DELETE e"
+_BY_KEY = " {id: $id}"
 
 _SCHEMA = [
     "CREATE NODE TABLE IF NOT EXISTS Record(id STRING, user STRING, kind STRING, seq INT64, ts INT64, PRIMARY KEY(id))",
@@ -232,12 +236,12 @@ class KuzuGraph:
             return 0
         self._settle()
         with self._transaction():
-            if len(ids) > DELETE_BY_KEY_MAX:
+            if len(ids) > BY_KEY_MAX:
                 found = self._run("MATCH (r:Record) WHERE r.id IN $ids RETURN count(r)", {"ids": ids})[0][0]
                 self._run("MATCH ()-[x:RELATED]->() WHERE x.fact IN $ids DELETE x", {"ids": ids})
                 self._run("MATCH (r:Record) WHERE r.id IN $ids DETACH DELETE r", {"ids": ids})
-                self._run("MATCH (s:Session) WHERE NOT EXISTS { MATCH (:Record)-[:IN_SESSION]->(s) } DELETE s")
-                self._run("MATCH (e:Entity) WHERE NOT EXISTS { MATCH (:Record)-[:MENTIONS]->(e) } DETACH DELETE e")
+                self._run(_ORPHAN_SESSIONS.format(""))
+                self._run(_ORPHAN_ENTITIES.format(""))
                 return int(found)
             found, sessions, entities = 0, set(), set()
             for rid in ids:
@@ -252,11 +256,9 @@ class KuzuGraph:
                           "WHERE x.fact = $id DELETE x", key)  # fmt: skip
                 self._run("MATCH (r:Record {id: $id}) DETACH DELETE r", key)
             for sid in sorted(sessions):
-                self._run("MATCH (s:Session {id: $id}) WHERE NOT EXISTS { MATCH (:Record)-[:IN_SESSION]->(s) } "
-                          "DELETE s", {"id": sid})  # fmt: skip
+                self._run(_ORPHAN_SESSIONS.format(_BY_KEY), {"id": sid})
             for eid in sorted(entities):
-                self._run("MATCH (e:Entity {id: $id}) WHERE NOT EXISTS { MATCH (:Record)-[:MENTIONS]->(e) } "
-                          "DETACH DELETE e", {"id": eid})  # fmt: skip
+                self._run(_ORPHAN_ENTITIES.format(_BY_KEY), {"id": eid})
         return int(found)
 
     def drop_user(self, user: str) -> int:
@@ -390,7 +392,7 @@ class KuzuGraph:
         if not ids:
             return {}
         out: dict[str, list[str]] = {}
-        if len(ids) <= DELETE_BY_KEY_MAX:  # by key: the list filtered a scan of every record (~25 ms at 500k)
+        if len(ids) <= BY_KEY_MAX:  # by key: the list filtered a scan of every record (~25 ms at 500k)
             rows = [(d, rid) for rid in ids for (d,) in self._run(
                 "MATCH (d:Record)-[:DERIVED_FROM]->(s:Record {id: $id}) RETURN d.id", {"id": rid})]  # fmt: skip
         else:

@@ -3,9 +3,10 @@
 A LanceDB delete or update (a merge too) only marks rows, in the deletion file of the fragment
 that holds them; their bytes stay in its data files, and in old versions, until that fragment
 is written again and the versions are dropped. A purge of some records rewrites exactly the
-fragments whose deletion files mark a copy of one of them: whoever marked it (this server,
-another sharing the log, a run that crashed before its purge), and wherever a compaction since
-moved it. The old copies updates leave of records still kept wait for compaction.
+fragments whose deletion files mark a copy of one of them, or of a row citing or following one:
+whoever marked it (this server, another sharing the log, a run that crashed before its purge),
+and wherever a compaction since moved it. The old copies updates leave of other records wait
+for compaction.
 
 A purge's cost is its fragments' size, so fragments are kept small (``FRAGMENT_ROWS``):
 LanceDB's own ``optimize`` compacts into fragments of up to a million rows, and forgetting one
@@ -83,8 +84,8 @@ class Maintenance:
     # -- purge -----------------------------------------------------------------------------
 
     def rewrite_deleted(self, ids: Collection[str] | None = None) -> None:
-        """Rewrite the fragments that hold marked copies of these records (deleted, or replaced
-        by an update; all marked rows without ``ids``), beside appends; the old versions that
+        """Rewrite the fragments that hold marked rows of these records (deleted, or replaced by
+        an update; see ``_holding``; all marked rows without ``ids``), beside appends; the old versions that
         still refer to their files go at ``drop_unreferenced``, which ends a purge. The users'
         keys table is small: every marked row of it goes.
 
@@ -125,20 +126,14 @@ class Maintenance:
         marked = [f for f in dataset.get_fragments() if f.metadata.deletion_file]
         if ids is None:
             return [f.fragment_id for f in marked]
-        columns = [c for c in ("id", "prev_id", "derived_from") if c in dataset.schema.names]
-        wanted = pa.array(sorted(ids), dataset.schema.field("id").type)
+        wanted = pa.array(sorted(ids), pa.string())
         holding = []
         for fragment in marked:
-            rows = dataset.scanner(columns=columns, fragments=[fragment], with_row_id=True,
-                                   include_deleted_rows=True).to_table()  # fmt: skip
+            rows = dataset.scanner(columns=["id", "prev_id", "derived_from"], fragments=[fragment],
+                                   with_row_id=True, include_deleted_rows=True).to_table()  # fmt: skip
             rows = rows.filter(pc.is_null(rows.column("_rowid")))  # the marked rows alone
-            hit = pc.any(pc.is_in(rows.column("id"), value_set=wanted)).as_py()
-            if not hit and "prev_id" in columns:
-                hit = pc.any(pc.is_in(rows.column("prev_id"), value_set=wanted)).as_py()
-            if not hit and "derived_from" in columns:
-                sources = pc.list_flatten(rows.column("derived_from"))
-                hit = pc.any(pc.is_in(sources, value_set=wanted.cast(sources.type))).as_py()
-            if hit:
+            linked = [rows.column("id"), rows.column("prev_id"), pc.list_flatten(rows.column("derived_from"))]
+            if any(pc.any(pc.is_in(column, value_set=wanted)).as_py() for column in linked):
                 holding.append(fragment.fragment_id)
         return holding
 
@@ -236,17 +231,15 @@ class Maintenance:
         On a shared log the lock is taken first: a compaction that loses leaves its written
         files for the clean-up, which there keeps unreferenced files a week (it cannot tell
         another server's commit under way), and they may hold a row deleted meanwhile."""
-        if self._tables.shared:
-            with self.rewrite_lock:
+        if not self._tables.shared:
+            try:
                 self._retry_conflicts(commit)
-            return
-        try:
+                return
+            except Exception as exc:
+                if not _is_conflict(exc):
+                    raise
+        with self.rewrite_lock:
             self._retry_conflicts(commit)
-        except (OSError, RuntimeError, ValueError) as exc:
-            if not _is_conflict(exc):
-                raise
-            with self.rewrite_lock:
-                self._retry_conflicts(commit)
 
     @staticmethod
     def _retry_conflicts(commit: Callable[[], object]) -> None:

@@ -359,8 +359,8 @@ class LanceLog:
         self.maintenance.maintain()
 
     def rewrite_deleted(self, ids: Collection[str] | None = None) -> None:
-        """Rewrite the fragments holding marked copies of these records, or of every deleted or
-        updated row (see ``Maintenance.rewrite_deleted``)."""
+        """Rewrite the fragments holding marked rows of these records, or every marked row
+        (see ``Maintenance.rewrite_deleted``)."""
         self.maintenance.rewrite_deleted(ids)
 
     def drop_unreferenced(self) -> None:

@@ -35,9 +35,10 @@ def _of_user(where: str, user_id: str | None) -> str:
 class LogWriter:
     """Every change to the records table. Each drops the cached copies of the rows it changes
     (before and after, under the rewrite lock, which a compaction that kept losing to updates
-    takes to hold them off); appends extend the caches instead. An update or delete leaves the old copy marked in
-    its fragment: a purge of that record (or of one it cites or follows) rewrites it
-    (``Maintenance.rewrite_deleted``), else compaction once a tenth of the fragment is marked.
+    takes to hold them off); appends extend the caches instead. An update or delete leaves the
+    old copy marked in its fragment: a purge of that record (or of one it cites or follows)
+    rewrites it (``Maintenance.rewrite_deleted``), else compaction once a tenth of the fragment
+    is marked.
 
     Args:
         tables: The log's tables.
