@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mnemoplan.inference import int8_product
 from mnemoplan.storage.log import token_cache as token_store
 from mnemoplan.inference.token_vectors import DIM, project, projection
 from mnemoplan.storage.log.token_cache import (
@@ -47,6 +48,17 @@ def test_packing_keeps_each_tokens_direction() -> None:
     cosines = (restored * exact).sum(1) / np.linalg.norm(restored, axis=1)
     assert codes.shape == (7, DIM) and codes.dtype == np.int8 and cosines.min() > 0.999
     assert unpack(pack(np.zeros((0, 384), dtype=np.float32)))[0].shape == (0, DIM)
+
+
+def test_the_integer_product_gives_the_float_products_cosines() -> None:
+    rng = np.random.default_rng(5)
+    codes, scales = unpack(pack(_unit(rng, 50)))
+    query = project(_unit(rng, 4))
+    query[3] = 0  # a query token of zeros scores 0
+    exact = (query @ codes.T.astype(np.float32)) * scales
+    parts, combine = int8_product.split_query(query)
+    got = int8_product.cosines(int8_product.as_unsigned(codes), scales, parts, combine).T
+    assert got.shape == (4, 50) and np.allclose(got, exact, atol=1e-4) and not got[3].any()
 
 
 def test_a_block_scores_each_memory_by_its_best_token_per_query_token() -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mnemoplan.inference import int8_product
 from mnemoplan.inference.token_vectors import DIM, project
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import mask
@@ -34,7 +35,7 @@ _MAGIC = b"T1"
 _PARTS = b"T2"  # a memory scored from other memories' tokens: their ids follow
 _HEADER = struct.Struct("<2sHH")  # magic, tokens (or parts), dimensions (or 0)
 _MAX_TOKENS = 65_535
-CHUNK_TOKENS = 32_768  # tokens scored per matrix product (16 MB as float32)
+CHUNK_TOKENS = 8_192  # tokens scored per product: its products (~1 MB) stay in the core's cache
 
 
 def pack(vectors: np.ndarray) -> bytes:
@@ -95,7 +96,7 @@ class TokenBlock:
     the ids of each, in order after the memories with tokens). Never changed once built."""
 
     ids: list[str]
-    codes: np.ndarray  # (tokens, DIM) int8
+    codes: np.ndarray  # (tokens, DIM) uint8: the stored int8 codes, offset (``int8_product.as_unsigned``)
     scales: np.ndarray  # (tokens,) float32
     starts: np.ndarray  # (memories with tokens,) int64
     kinds: np.ndarray  # KIND_CODES, of every memory (those with tokens, then those with parts)
@@ -125,7 +126,7 @@ class TokenBlock:
         every = keep + composed
         return cls(
             ids=[ids[i] for i in every],
-            codes=np.concatenate(codes) if codes else np.zeros((0, DIM), dtype=np.int8),
+            codes=int8_product.as_unsigned(np.concatenate(codes)) if codes else np.zeros((0, DIM), dtype=np.uint8),
             scales=np.concatenate(scales) if scales else np.zeros(0, dtype=np.float32),
             starts=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(keep) else lengths,
             kinds=np.asarray(kinds, dtype=np.int8)[every],
@@ -142,18 +143,20 @@ class TokenBlock:
     def best(self, query: np.ndarray) -> np.ndarray:
         """For each memory with tokens, each query token's best cosine with them: (query tokens, memories).
 
-        Computed a slice of whole memories at a time (~CHUNK_TOKENS tokens): the int8 codes are
-        widened to float32 for the product, and a whole large block at once would be a copy of
-        hundreds of megabytes per query."""
+        Computed from the int8 codes as they are (``int8_product``), a slice of whole memories at
+        a time (~CHUNK_TOKENS tokens)."""
         n = len(self.starts)
         out = np.zeros((len(query), n), dtype=np.float32)
+        if not n:
+            return out
+        parts, combine = int8_product.split_query(query)
         ends = np.append(self.starts[1:], self.tokens)
         lo = 0
         while lo < n:
             hi = max(int(np.searchsorted(ends, self.starts[lo] + CHUNK_TOKENS, side="right")), lo + 1)
             first, last = int(self.starts[lo]), int(ends[hi - 1])
-            sims = (query @ self.codes[first:last].T.astype(np.float32)) * self.scales[first:last]
-            out[:, lo:hi] = np.maximum.reduceat(sims, self.starts[lo:hi] - first, axis=1)
+            sims = int8_product.cosines(self.codes[first:last], self.scales[first:last], parts, combine)
+            out[:, lo:hi] = np.maximum.reduceat(sims, self.starts[lo:hi] - first, axis=0).T
             lo = hi
         return out
 

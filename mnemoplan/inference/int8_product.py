@@ -1,0 +1,80 @@
+"""Query tokens against stored int8 token codes, without widening the codes to float.
+
+numpy has no integer matrix product that uses the CPU's integer dot-product instructions, so the
+token match widened a user's int8 codes to float32 on every query (a copy four times their size):
+28 % of a loaded server's CPU. ONNX Runtime's ``MatMulInteger`` multiplies the codes as they are
+(as uint8: offset by 128, which its zero point takes back).
+
+The query stays exact to about 1e-4 of a cosine: each query token is split into two int8 parts
+on one scale, ``q = s * (high + low / 128)``, multiplied in one product and added in float. One
+part alone (plain int8) would add as much error as storing the codes in int8 did.
+
+Measured (bench/README.md): 150k stored tokens, a 12-token query, one thread: 5.1 ms against
+17.1 ms for the float32 product, same results to 6e-5.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from mnemoplan.inference.onnx_forward import session_options
+
+OFFSET = 128  # stored int8 code + OFFSET = the uint8 the product takes
+
+
+def as_unsigned(codes: np.ndarray) -> np.ndarray:
+    """int8 codes as the product takes them: uint8, offset by ``OFFSET`` (a copy)."""
+    return codes.view(np.uint8) ^ np.uint8(0x80)
+
+
+def split_query(query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A float query (q, d) as the product takes it: its two int8 parts (d, 2q) and the
+    (2q, q) matrix that weighs and adds them back into cosines."""
+    query = np.asarray(query, dtype=np.float32)
+    scale = np.abs(query).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    scaled = query / scale[:, None]
+    high = np.round(scaled)
+    low = np.round((scaled - high) * 128)  # |scaled - high| <= 0.5: within +-64
+    parts = np.ascontiguousarray(np.concatenate([high, low]).T.astype(np.int8))
+    combine = np.concatenate([np.diag(scale), np.diag(scale / 128)]).astype(np.float32)
+    return parts, combine
+
+
+def cosines(codes: np.ndarray, scales: np.ndarray, parts: np.ndarray, combine: np.ndarray) -> np.ndarray:
+    """Each stored token's cosine with each query token, (tokens, q) float32.
+
+    Args:
+        codes: (tokens, d) uint8 codes (``as_unsigned``), C-contiguous.
+        scales: (tokens,) float32 scale of each stored token.
+        parts, combine: The query (``split_query``).
+    """
+    feed = {"codes": codes, "query": parts, "combine": combine, "scales": scales.reshape(-1, 1)}
+    return _session().run(None, feed)[0]
+
+
+@functools.cache
+def _session() -> Any:
+    """The product's session, built once (a four-node graph: ~5 ms). One thread: a server runs
+    many searches at once, and the product is bound by reading the codes, not by arithmetic."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["codes", "query", "offset"], ["products"]),
+         helper.make_node("Cast", ["products"], ["floats"], to=TensorProto.FLOAT),
+         helper.make_node("MatMul", ["floats", "combine"], ["added"]),
+         helper.make_node("Mul", ["added", "scales"], ["cosines"])],
+        "int8_product",
+        [value("codes", TensorProto.UINT8, [None, None]), value("query", TensorProto.INT8, [None, None]),
+         value("combine", TensorProto.FLOAT, [None, None]), value("scales", TensorProto.FLOAT, [None, 1])],
+        [value("cosines", TensorProto.FLOAT, [None, None])],
+        initializer=[helper.make_tensor("offset", TensorProto.UINT8, [], [OFFSET])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # what onnxruntime 1.20 reads
+    return ort.InferenceSession(model.SerializeToString(), session_options(1), providers=["CPUExecutionProvider"])
