@@ -51,6 +51,7 @@ def p50_p99(values: list[float]) -> tuple[float, float]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from mnemoplan.config import Settings
+    from mnemoplan.runtime import settle_heap
     from mnemoplan.service.bootstrap import build_service
 
     datasets = load_sources(args.dataset)
@@ -59,6 +60,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     plans = plan_users(args.users, args.per_user, args.big_user, len(sources))
     rng = random.Random(7)
     service = build_service(Settings(data_dir=args.data_dir, embedding_model=args.embedding_model))
+    settle_heap()  # as the server does once its service is built
     try:
         service.embedder.embed(["warm up"])
         questions = lambda p: asked[p.sources[0]]  # noqa: E731

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from mnemoplan.errors import HolderGone, MnemoError, ReadOnlyData, Unavailable, storage_failure
+from mnemoplan.runtime import settle_heap, unsettle_heap
 
 if TYPE_CHECKING:  # imported by the service's factory, in the start-up thread
     from mnemoplan.service.service import MemoryService
@@ -58,8 +59,10 @@ class ServiceHolder:
         self._go.wait(wait_s)
         service: MemoryService | None = None
         error: BaseException | None = None
+        unsettle_heap()  # what an earlier service left may be collected
         try:
             service = self._factory()
+            settle_heap()
         except BaseException as exc:
             error = exc
             if isinstance(exc, MnemoError) or storage_failure(exc) is not None:

@@ -17,25 +17,30 @@ from cachetools import LRUCache
 from mnemoplan.model import EntityMention
 
 
-@dataclass
+@dataclass(slots=True)
 class EntityInfo:
-    """What a user's memory knows of one entity."""
+    """What a user's memory knows of one entity.
+
+    Held for every entity of up to a thousand users (``CatalogCache``), so kept to one object the
+    garbage collector tracks: slots, and plain dicts of strings to counts, which it stops
+    tracking. With a ``Counter`` each and an instance dict, a thousand users' entities were
+    millions of tracked objects, and each full collection paused every call for their scan."""
 
     key: str
-    surfaces: Counter[str] = field(default_factory=Counter)
-    types: Counter[str] = field(default_factory=Counter)
+    surfaces: dict[str, int] = field(default_factory=dict)  # how often each way of writing it
+    types: dict[str, int] = field(default_factory=dict)  # how often each type given to it
     mentions: int = 0
     spoke: int = 0
 
     @property
     def name(self) -> str:
-        """The most frequent way the entity is written."""
-        return self.surfaces.most_common(1)[0][0] if self.surfaces else self.key
+        """The most frequent way the entity is written (the first written, of equals)."""
+        return max(self.surfaces, key=self.surfaces.__getitem__) if self.surfaces else self.key
 
     @property
     def type(self) -> str:
-        """The most frequent type given to the entity."""
-        return self.types.most_common(1)[0][0] if self.types else ""
+        """The most frequent type given to the entity (the first given, of equals)."""
+        return max(self.types, key=self.types.__getitem__) if self.types else ""
 
     @property
     def aliases(self) -> list[str]:
@@ -55,9 +60,9 @@ class EntityCatalog:
         info = self.entities.get(key)
         if info is None:
             info = self.entities[key] = EntityInfo(key)
-        info.surfaces[name] += n
+        info.surfaces[name] = info.surfaces.get(name, 0) + n
         if type_:
-            info.types[type_] += n
+            info.types[type_] = info.types.get(type_, 0) + n
         info.mentions += n
         if role == "speaker":
             info.spoke += n
