@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from cachetools import LRUCache
 
 from mnemoplan.model import EntityMention
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class EntityInfo:
-    """What a user's memory knows of one entity.
-
-    Held for every entity of up to a thousand users (``CatalogCache``), so kept to one object the
-    garbage collector tracks: slots, and plain dicts of strings to counts, which it stops
-    tracking. With a ``Counter`` each and an instance dict, a thousand users' entities were
-    millions of tracked objects, and each full collection paused every call for their scan."""
+    """What a user's memory knows of one entity (a view of ``EntityCatalog``, made when asked for)."""
 
     key: str
-    surfaces: dict[str, int] = field(default_factory=dict)  # how often each way of writing it
-    types: dict[str, int] = field(default_factory=dict)  # how often each type given to it
-    mentions: int = 0
-    spoke: int = 0
+    surfaces: dict[str, int]  # how often each way of writing it
+    types: dict[str, int]  # how often each type given to it
+    mentions: int
+    spoke: int
 
     @property
     def name(self) -> str:
@@ -48,24 +43,52 @@ class EntityInfo:
         return list(self.surfaces)
 
 
+class _Entities(Mapping[str, EntityInfo]):
+    """A catalog's entities by key, each ``EntityInfo`` made when asked for."""
+
+    def __init__(self, catalog: EntityCatalog) -> None:
+        self._catalog = catalog
+
+    def __getitem__(self, key: str) -> EntityInfo:
+        c = self._catalog
+        return EntityInfo(key, c._surfaces[key], c._types.get(key, {}), c._mentions[key], c._spoke.get(key, 0))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._catalog._mentions
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._catalog._mentions)
+
+    def __len__(self) -> int:
+        return len(self._catalog._mentions)
+
+
 class EntityCatalog:
-    """Entities of one user, by key."""
+    """Entities of one user, by key.
+
+    Held for up to a thousand users (``CatalogCache``), so held in plain dicts of strings and
+    counts, which the garbage collector stops tracking: an object per entity (and two Counters)
+    made a thousand users' catalogs millions of tracked objects, and every full collection
+    paused each call of a busy server for their scan."""
 
     def __init__(self) -> None:
-        self.entities: dict[str, EntityInfo] = {}
+        self._surfaces: dict[str, dict[str, int]] = {}
+        self._types: dict[str, dict[str, int]] = {}
+        self._mentions: dict[str, int] = {}
+        self._spoke: dict[str, int] = {}
+        self.entities: Mapping[str, EntityInfo] = _Entities(self)
         self.version = 0
         self.upto = 0  # the last record (by seq) counted
 
     def _count(self, key: str, name: str, type_: str, role: str, n: int) -> None:
-        info = self.entities.get(key)
-        if info is None:
-            info = self.entities[key] = EntityInfo(key)
-        info.surfaces[name] = info.surfaces.get(name, 0) + n
+        surfaces = self._surfaces.setdefault(key, {})
+        surfaces[name] = surfaces.get(name, 0) + n
         if type_:
-            info.types[type_] = info.types.get(type_, 0) + n
-        info.mentions += n
+            types = self._types.setdefault(key, {})
+            types[type_] = types.get(type_, 0) + n
+        self._mentions[key] = self._mentions.get(key, 0) + n
         if role == "speaker":
-            info.spoke += n
+            self._spoke[key] = self._spoke.get(key, 0) + n
 
     def add(self, mentions: Iterable[EntityMention]) -> None:
         """Count the mentions of one record."""

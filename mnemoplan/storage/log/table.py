@@ -43,7 +43,10 @@ class LanceLog:
         path: Directory of the LanceDB database.
         ann_min_rows: Build an approximate vector index once the table has this many rows (and a
             user more than ``cache_vectors_per_user``: the others are searched in memory).
-        cache_records: Records kept in memory for hydration (0 disables the cache).
+        cache_records: Records held as objects, by id (0 disables the cache, users read whole
+            included). Few: each is a dozen objects every full collection of the garbage collector
+            scans (20,000 made a busy server's collections ~150 ms); users read whole are held
+            as Arrow rows besides (``RecordCache``), a record built from them when asked for.
         cache_vectors_per_user: Users with at most this many records are searched in memory.
         cache_tokens_per_user: Users with at most this many token vectors have them held in memory.
         read_only: Open the log without writing to it (a data directory that cannot be written):
@@ -56,7 +59,7 @@ class LanceLog:
     """
 
     def __init__(
-        self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 20_000,
+        self, path: Path, *, ann_min_rows: int = 50_000, cache_records: int = 2_000,
         cache_vectors_per_user: int = 200_000, cache_tokens_per_user: int = 2_000_000,
         read_only: bool = False, uri: str | None = None, storage_options: dict[str, str] | None = None,
         fragment_rows: int = FRAGMENT_ROWS,
