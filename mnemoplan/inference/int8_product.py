@@ -15,14 +15,10 @@ Measured (bench/README.md): 150k stored tokens, a 12-token query, one thread: 5.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 import numpy as np
 
-from mnemoplan.inference.onnx_forward import session_options
-
-OFFSET = 128  # stored int8 code + OFFSET = the uint8 the product takes
+from mnemoplan.inference.onnx_forward import INTEGER_PRODUCT_OFFSET as OFFSET
+from mnemoplan.inference.onnx_forward import integer_product_session
 
 
 def as_unsigned(codes: np.ndarray) -> np.ndarray:
@@ -53,28 +49,4 @@ def cosines(codes: np.ndarray, scales: np.ndarray, parts: np.ndarray, combine: n
         parts, combine: The query (``split_query``).
     """
     feed = {"codes": codes, "query": parts, "combine": combine, "scales": scales.reshape(-1, 1)}
-    return _session().run(None, feed)[0]
-
-
-@functools.cache
-def _session() -> Any:
-    """The product's session, built once (a four-node graph: ~5 ms). One thread: a server runs
-    many searches at once, and the product is bound by reading the codes, not by arithmetic."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        [helper.make_node("MatMulInteger", ["codes", "query", "offset"], ["products"]),
-         helper.make_node("Cast", ["products"], ["floats"], to=TensorProto.FLOAT),
-         helper.make_node("MatMul", ["floats", "combine"], ["added"]),
-         helper.make_node("Mul", ["added", "scales"], ["cosines"])],
-        "int8_product",
-        [value("codes", TensorProto.UINT8, [None, None]), value("query", TensorProto.INT8, [None, None]),
-         value("combine", TensorProto.FLOAT, [None, None]), value("scales", TensorProto.FLOAT, [None, 1])],
-        [value("cosines", TensorProto.FLOAT, [None, None])],
-        initializer=[helper.make_tensor("offset", TensorProto.UINT8, [], [OFFSET])],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8  # what onnxruntime 1.20 reads
-    return ort.InferenceSession(model.SerializeToString(), session_options(1), providers=["CPUExecutionProvider"])
+    return integer_product_session().run(None, feed)[0]
