@@ -56,8 +56,7 @@ def test_the_integer_product_gives_the_float_products_cosines() -> None:
     query = project(_unit(rng, 4))
     query[3] = 0  # a query token of zeros scores 0
     exact = (query @ codes.T.astype(np.float32)) * scales
-    parts, combine = int8_product.split_query(query)
-    got = int8_product.cosines(int8_product.as_unsigned(codes), scales, parts, combine).T
+    got = int8_product.cosines(int8_product.as_unsigned(codes), scales, int8_product.split_query(query)).T
     assert got.shape == (4, 50) and np.allclose(got, exact, atol=1e-4) and not got[3].any()
 
 
@@ -111,6 +110,7 @@ def test_a_block_scored_in_slices_scores_as_one(monkeypatch: pytest.MonkeyPatch)
     block = TokenBlock.build(list("abcde"), [pack(m) for m in memories], [0] * 5, [""] * 5, [0] * 5)
     query, weights = project(_unit(rng, 3)), np.array([0.5, 0.3, 0.2])
     whole = block.match(query, weights)
+    monkeypatch.setattr(token_store, "MIN_CHUNK_TOKENS", 1)
     monkeypatch.setattr(token_store, "CHUNK_TOKENS", 4)  # slices of 3, 1, 5 (alone: larger than a slice), 2, 6
     assert np.allclose(block.match(query, weights), whole)
 

@@ -53,23 +53,29 @@ INTEGER_PRODUCT_OFFSET = 128  # what ``integer_product_session`` takes back from
 @functools.cache
 def integer_product_session() -> Any:
     """A session of one product (``int8_product.cosines``): uint8 codes (offset by
-    ``INTEGER_PRODUCT_OFFSET``) times int8 query parts, their sums weighed by ``combine`` and
-    scaled per code by ``scales``. Built once (~5 ms). One thread: a server runs many searches
-    at once, and the product is bound by reading the codes, not by arithmetic."""
+    ``INTEGER_PRODUCT_OFFSET``) times a query's two int8 parts, ``high * 128 + low`` added in
+    int32 (exact), then scaled per query token by ``scale`` and per code by ``scales``. Built
+    once (~5 ms). One thread: a server runs many searches at once, and the product is bound by
+    reading the codes, not by arithmetic."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
     value = helper.make_tensor_value_info
     graph = helper.make_graph(
-        [helper.make_node("MatMulInteger", ["codes", "query", "offset"], ["products"]),
+        [helper.make_node("MatMulInteger", ["codes", "high", "offset"], ["highs"]),
+         helper.make_node("MatMulInteger", ["codes", "low", "offset"], ["lows"]),
+         helper.make_node("Mul", ["highs", "step"], ["shifted"]),
+         helper.make_node("Add", ["shifted", "lows"], ["products"]),
          helper.make_node("Cast", ["products"], ["floats"], to=TensorProto.FLOAT),
-         helper.make_node("MatMul", ["floats", "combine"], ["added"]),
-         helper.make_node("Mul", ["added", "scales"], ["cosines"])],
+         helper.make_node("Mul", ["floats", "scale"], ["per_query"]),
+         helper.make_node("Mul", ["per_query", "scales"], ["cosines"])],
         "int8_product",
-        [value("codes", TensorProto.UINT8, [None, None]), value("query", TensorProto.INT8, [None, None]),
-         value("combine", TensorProto.FLOAT, [None, None]), value("scales", TensorProto.FLOAT, [None, 1])],
+        [value("codes", TensorProto.UINT8, [None, None]), value("high", TensorProto.INT8, [None, None]),
+         value("low", TensorProto.INT8, [None, None]), value("scale", TensorProto.FLOAT, [None]),
+         value("scales", TensorProto.FLOAT, [None, 1])],
         [value("cosines", TensorProto.FLOAT, [None, None])],
-        initializer=[helper.make_tensor("offset", TensorProto.UINT8, [], [INTEGER_PRODUCT_OFFSET])],
+        initializer=[helper.make_tensor("offset", TensorProto.UINT8, [], [INTEGER_PRODUCT_OFFSET]),
+                     helper.make_tensor("step", TensorProto.INT32, [], [128])],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # what onnxruntime 1.20 reads

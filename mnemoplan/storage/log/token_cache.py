@@ -35,7 +35,11 @@ _MAGIC = b"T1"
 _PARTS = b"T2"  # a memory scored from other memories' tokens: their ids follow
 _HEADER = struct.Struct("<2sHH")  # magic, tokens (or parts), dimensions (or 0)
 _MAX_TOKENS = 65_535
-CHUNK_TOKENS = 8_192  # tokens scored per product: its products (~1 MB) stay in the core's cache
+# Tokens scored per product: at most CHUNK_TOKENS, and CHUNK_PRODUCTS cosines (~1 MB of them), so
+# what a product writes stays in the core's cache; a long question's slices are shorter.
+CHUNK_TOKENS = 8_192
+CHUNK_PRODUCTS = 8_192 * 24
+MIN_CHUNK_TOKENS = 1_024
 
 
 def pack(vectors: np.ndarray) -> bytes:
@@ -144,18 +148,19 @@ class TokenBlock:
         """For each memory with tokens, each query token's best cosine with them: (query tokens, memories).
 
         Computed from the int8 codes as they are (``int8_product``), a slice of whole memories at
-        a time (~CHUNK_TOKENS tokens)."""
+        a time (``CHUNK_TOKENS``, fewer for a long question)."""
         n = len(self.starts)
         out = np.zeros((len(query), n), dtype=np.float32)
         if not n:
             return out
-        parts, combine = int8_product.split_query(query)
+        split = int8_product.split_query(query)
+        step = max(MIN_CHUNK_TOKENS, min(CHUNK_TOKENS, CHUNK_PRODUCTS // max(1, len(query))))
         ends = np.append(self.starts[1:], self.tokens)
         lo = 0
         while lo < n:
-            hi = max(int(np.searchsorted(ends, self.starts[lo] + CHUNK_TOKENS, side="right")), lo + 1)
+            hi = max(int(np.searchsorted(ends, self.starts[lo] + step, side="right")), lo + 1)
             first, last = int(self.starts[lo]), int(ends[hi - 1])
-            sims = int8_product.cosines(self.codes[first:last], self.scales[first:last], parts, combine)
+            sims = int8_product.cosines(self.codes[first:last], self.scales[first:last], split)
             out[:, lo:hi] = np.maximum.reduceat(sims, self.starts[lo:hi] - first, axis=0).T
             lo = hi
         return out
