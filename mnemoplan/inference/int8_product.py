@@ -1,18 +1,16 @@
 """Query tokens against stored int8 token codes, without widening the codes to float.
 
 numpy has no integer matrix product that uses the CPU's integer dot-product instructions, so the
-token match widened a user's int8 codes to float32 on every query (a copy four times their size):
-28 % of a loaded server's CPU. ONNX Runtime's ``MatMulInteger`` multiplies the codes as they are
-(as uint8: offset by 128, which its zero point takes back).
+token match widened a user's int8 codes to float32 on every query (a copy four times their size).
+ONNX Runtime's ``MatMulInteger`` multiplies the codes as they are (as uint8: offset by
+``INTEGER_PRODUCT_OFFSET``, which its zero point takes back).
 
 The query stays exact to about 1e-4 of a cosine: each query token is split into two int8 parts
 on one scale, ``q = s * (high + low / 128)``, each multiplied, and the two added in int32. One
 part alone (plain int8) would add as much error as storing the codes in int8 did. (Adding them
 by a float product with a (2q, q) matrix cost q² per stored token: a 200-token question took
-more there than in the products.)
-
-Measured (bench/README.md): 150k stored tokens, a 12-token query, one thread: 5.1 ms against
-17.1 ms for the float32 product, same results to 6e-5.
+more there than in the products.) Figures: bench/README.md, "Paused by the collector, and the
+integer product".
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemoplan.inference.onnx_forward import INTEGER_PRODUCT_OFFSET as OFFSET
 from mnemoplan.inference.onnx_forward import integer_product_session
 
 
@@ -34,7 +31,7 @@ class Query(NamedTuple):
 
 
 def as_unsigned(codes: np.ndarray) -> np.ndarray:
-    """int8 codes as the product takes them: uint8, offset by ``OFFSET`` (a copy)."""
+    """int8 codes as the product takes them: uint8, offset by 128 (a copy; the sign bit flipped)."""
     return codes.view(np.uint8) ^ np.uint8(0x80)
 
 

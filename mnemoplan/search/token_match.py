@@ -98,8 +98,8 @@ class TokenMatchIndex(SearchIndex):
         if not len(q.vectors):
             return []
         weights = token_weights(text, q.words, lambda words: self._word_idf(req.user_id, words))
-        # A stop word's token weighs 0: matched against every stored token for nothing. Left out,
-        # a long question (80 words, 205 tokens) against a 123k-token user took 193 -> ~90 ms.
+        # A stop word's token weighs 0: matched against every stored token for nothing (a long
+        # question's cost grows with its tokens: bench/README.md, "Long questions").
         weighed = weights > 0
         query, weights = project(q.vectors[weighed]), weights[weighed]
         kinds = tuple(self.param(req, "kinds") or ())
