@@ -10,15 +10,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from mnemoplan.errors import storage_failure
 from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
-from mnemoplan.storage.bm25 import BM25Index
+from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.storage.bookkeeping import WriteBookkeeping
 from mnemoplan.storage.counters import PendingCounts
 from mnemoplan.storage.documents import bm25_doc, context_vector, graph_record, leans_on, user_keys
-from mnemoplan.storage.graph.client import GraphIndex
+from mnemoplan.storage.graph.client import GraphIndex, GraphRecord
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
 from mnemoplan.storage.log.table import LanceLog
@@ -31,6 +34,29 @@ log = logging.getLogger(__name__)
 ForgetListener = Callable[[str], None]
 # What a delete's intent keeps of its records' links: {"prev": {id: prev_id}, "replaced_by": {id: id}}.
 Links = dict[str, dict[str, str]]
+
+
+@dataclass
+class _Reads:
+    """What a delete read of the log before it writes (``Deleter._read``).
+
+    Attributes:
+        replaced: Records a deleted one had replaced, with what replaced that one in turn and when:
+            (id, replaced by, valid to).
+        reopened: Records current again (what only deleted records had replaced, and the
+            messages the reopened facts were read from).
+        relations: Of those, the ones whose graph relations open again (not the messages).
+        vectors: The turns that followed a deleted one: their new previous turn and search vector.
+        nodes: Those turns' graph records, linked to their new previous turn.
+        docs: Those turns' BM25 documents, with their new previous turn's words as context.
+    """
+
+    replaced: list[tuple[str, str, Any]] = field(default_factory=list)
+    reopened: list[str] = field(default_factory=list)
+    relations: list[str] = field(default_factory=list)
+    vectors: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    nodes: list[GraphRecord] = field(default_factory=list)
+    docs: list[BM25Doc] = field(default_factory=list)
 
 
 @dataclass
@@ -107,15 +133,19 @@ class Deleter:
             self._overlays.flush(user_id)
             with self._locks.write:
                 self._redo_deletes(user_id)
-                all_ids = self._with_derived(ids) if ids else []
-                existing = self._log.get(user_id, all_ids) if all_ids else {}
-                report.ids = [rid for rid in all_ids if rid in existing]
-                report.sessions = {r.session_id for r in existing.values() if r.session_id}
-                if report.ids:
-                    links = self._links(user_id, report.ids)
+            # Reads under the user's lock alone (no write of the user meanwhile): under many
+            # clients a read is several times slower, and every remember waits for the write lock.
+            all_ids = self._with_derived(ids) if ids else []
+            existing = self._log.get(user_id, all_ids) if all_ids else {}
+            report.ids = [rid for rid in all_ids if rid in existing]
+            report.sessions = {r.session_id for r in existing.values() if r.session_id}
+            if report.ids:
+                links = self._links(user_id, report.ids)
+                reads = self._read(user_id, report.ids, links)
+                with self._locks.write:
                     intent = self._journal.begin(Intent("delete", user_id, report.ids, extra=links))
                     try:
-                        self._delete_now(user_id, report, intent.extra)
+                        self._delete_now(user_id, report, reads)
                     except BaseException:
                         self._unfinished[intent.token] = intent  # done again by the user's next delete
                         raise
@@ -161,7 +191,8 @@ class Deleter:
 
     def replay(self, intent: Intent) -> None:
         """Run an interrupted delete again, from its intent (under the write lock), and leave its purge."""
-        self._delete_now(intent.user_id, DeleteReport(ids=list(intent.ids)), intent.extra)
+        reads = self._read(intent.user_id, intent.ids, intent.extra)
+        self._delete_now(intent.user_id, DeleteReport(ids=list(intent.ids)), reads)
         self._purge_later(intent)
 
     def resume_purge(self, intent: Intent) -> None:
@@ -181,7 +212,7 @@ class Deleter:
         for token, intent in list(self._unfinished.items()):
             if intent.user_id != user_id:
                 continue
-            self._delete_now(user_id, DeleteReport(ids=list(intent.ids)), intent.extra)
+            self._delete_now(user_id, DeleteReport(ids=list(intent.ids)), self._read(user_id, intent.ids, intent.extra))
             del self._unfinished[token]
             self._stalled.add(self._purge_later(intent).token)
 
@@ -201,29 +232,23 @@ class Deleter:
         return {"prev": {r["id"]: r["prev_id"] for r in rows if r["prev_id"]},
                 "replaced_by": {r["id"]: r["superseded_by"] for r in rows if r["superseded_by"]}}  # fmt: skip
 
-    def _delete_now(self, user_id: str, report: DeleteReport, links: Links | None = None) -> None:
-        """Delete ``report.ids`` from the log and every overlay (under the write lock); ``links``
+    def _read(self, user_id: str, ids: list[str], links: Links | None = None) -> _Reads:
+        """What a delete of ``ids`` reads of the log before it writes (``_delete_now``); ``links``
         (``_links``) stands in for the rows a delete run before already took out of the log."""
-        ids = report.ids
         gone = set(ids)
         following = self._log.records(RecordFilter(user_id, follows=tuple(ids)))
-        successors = [r for r in following if r.id not in gone]
         deleted = self._log.select(RecordFilter(user_id, ids=tuple(ids)), ["id", "prev_id", "superseded_by"])
         links = links or {}
         prev_of = {**links.get("prev", {}), **{row["id"]: row["prev_id"] for row in deleted}}
         replaced_by = {**links.get("replaced_by", {}), **{row["id"]: row["superseded_by"] for row in deleted}}
-        self._counts.forget(ids)
-        report.per_store["log"] = self._log.delete(ids, user_id)
-        self._reopen(user_id, gone, replaced_by)
-        report.per_store["graph"] = self._graph.delete(ids)
+        reads = _Reads()
+        self._read_reopened(user_id, gone, replaced_by, reads)
+        successors = [r for r in following if r.id not in gone]
         if successors:
-            self._recontext(user_id, successors, prev_of, gone)
-        # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
-        report.per_store["bm25"] = self._bm25.delete(user_id, ids)
-        self._overlays.forget_unindexed(user_id, ids)
-        self._forgotten(user_id)
+            self._read_context(user_id, successors, prev_of, gone, reads)
+        return reads
 
-    def _reopen(self, user_id: str, gone: set[str], replaced_by: dict[str, str]) -> None:
+    def _read_reopened(self, user_id: str, gone: set[str], replaced_by: dict[str, str], reads: _Reads) -> None:
         """What deleted records had replaced: pointed at what replaced them in turn, else current
         again (forgetting "I moved to Bergen" leaves Oslo as where the user lives), and then
         so are the messages the reopened facts were read from."""
@@ -231,26 +256,27 @@ class Deleter:
                                 ["id", "kind", "superseded_by", "valid_to", "derived_from"])  # fmt: skip
         sources: set[str] = set()
         for row in rows:
+            if row["id"] in gone:
+                continue
             after, seen = row["superseded_by"], set()
             while after in gone and after not in seen:  # Lyon -> Porto (forgotten) -> Paris
                 seen.add(after)
                 after = replaced_by.get(after, "")
             if after and after not in gone:
-                self._log.set_superseded([row["id"]], after, row["valid_to"], user_id)
+                reads.replaced.append((row["id"], after, row["valid_to"]))
                 continue
-            self._log.set_superseded([row["id"]], "", None, user_id)
-            self._graph.close_relation(row["id"], None)
+            reads.reopened.append(row["id"])
+            reads.relations.append(row["id"])
             if row["kind"] == "fact":
                 sources.update(s for s in row["derived_from"] or [] if s not in gone)
         if sources:
-            replaced = RecordFilter(user_id, current=False, ids=tuple(sorted(sources)))
-            self._log.set_superseded(self._log.ids(replaced), "", None, user_id)
+            reads.reopened += self._log.ids(RecordFilter(user_id, current=False, ids=tuple(sorted(sources))))
 
-    def _recontext(
-        self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str]
+    def _read_context(
+        self, user_id: str, successors: list[Record], prev_of: dict[str, str], gone: set[str], reads: _Reads
     ) -> None:
-        """Point each successor at the nearest surviving earlier turn and recompute its vector
-        and its BM25 document (which held the deleted turn's words as context)."""
+        """Point each successor at the nearest surviving earlier turn, with the search vector and
+        the BM25 document that follow from it (the deleted turn's words were its context)."""
         new_prev: dict[str, str] = {}
         for rec in successors:
             prev = rec.prev_id
@@ -260,17 +286,36 @@ class Deleter:
         wanted = [r.id for r in successors] + [p for p in new_prev.values() if p]
         emb = self._log.vectors(user_id, wanted)
         before = self._log.get(user_id, [p for p in new_prev.values() if p])
-        updates = {}
+        keys = user_keys(self._log, user_id)
+        assert keys is not None
         for rec in successors:
             prev = new_prev[rec.id]
             lean = emb.get(prev) if leans_on(rec, before.get(prev)) else None
-            updates[rec.id] = (prev, context_vector(emb[rec.id], lean, self._context_weight))
-        self._log.update_vectors(updates, user_id)
-        keys = user_keys(self._log, user_id)
-        assert keys is not None
-        moved = [r.model_copy(update={"prev_id": new_prev[r.id]}) for r in successors]
-        self._graph.add([graph_record(r, keys) for r in moved])
-        self._bm25.add([bm25_doc(r, before.get(r.prev_id)) for r in moved], commit=False)
+            reads.vectors[rec.id] = (prev, context_vector(emb[rec.id], lean, self._context_weight))
+            moved = rec.model_copy(update={"prev_id": prev})
+            reads.nodes.append(graph_record(moved, keys))
+            reads.docs.append(bm25_doc(moved, before.get(prev)))
+
+    def _delete_now(self, user_id: str, report: DeleteReport, reads: _Reads) -> None:
+        """Delete ``report.ids`` from the log and every overlay (under the write lock), as ``reads``
+        (``_read``) found them."""
+        ids = report.ids
+        self._counts.forget(ids)
+        report.per_store["log"] = self._log.delete(ids, user_id)
+        for rid, after, valid_to in reads.replaced:
+            self._log.set_superseded([rid], after, valid_to, user_id)
+        self._log.set_superseded(reads.reopened, "", None, user_id)
+        for rid in reads.relations:
+            self._graph.close_relation(rid, None)
+        report.per_store["graph"] = self._graph.delete(ids)
+        if reads.vectors:
+            self._log.update_vectors(reads.vectors, user_id)
+            self._graph.add(reads.nodes)
+            self._bm25.add(reads.docs, commit=False)
+        # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
+        report.per_store["bm25"] = self._bm25.delete(user_id, ids)
+        self._overlays.forget_unindexed(user_id, ids)
+        self._forgotten(user_id)
 
     def _forgotten(self, user_id: str) -> None:
         """Drop what the store keeps in memory of a user whose records were deleted, and tell the

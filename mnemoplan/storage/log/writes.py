@@ -250,9 +250,7 @@ class LogWriter:
             deleted = 0
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
-                where = _of_user(sql_in("id", chunk), user_id)
-                deleted += table.count_rows(where)
-                table.delete(where)
+                deleted += table.delete(_of_user(sql_in("id", chunk), user_id)).num_deleted_rows
             return deleted
 
     def delete_user(self, user_id: str) -> None:
