@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mnemoplan.errors import DataDirLocked, InvalidInput
@@ -137,7 +138,10 @@ def test_a_forget_keeps_other_users_vectors_in_memory_and_their_rows_untouched(s
     assert kept is not None and log.vector_cache.get("u") is not None
     service.forget(ids=[mine[0]], user_id="u")  # the next turn's vector is recomputed as well
     assert log.vector_cache.get("v") is kept  # no reload of a user the forget did not touch
-    assert log.vector_cache.get("u") is None
+    held = log.vector_cache.get("u")  # the forget's user: rows taken out and patched, not read again
+    (row,) = log.select(RecordFilter("u", ids=(mine[1],)), ["vector", "prev_id"])
+    assert held is not None and held.ids == mine[1:] and list(held.prev_ids) == [row["prev_id"], mine[1]]
+    assert np.allclose(held.matrix[0], row["vector"])  # as the log holds it now
     assert all("4471" not in i.text for i in service.recall("locker code", user_id="u").items)
     assert log.delete([theirs[0]], user_id="u") == 0  # an id of another user is not theirs to delete
     assert set(log.get("v", theirs)) == set(theirs)

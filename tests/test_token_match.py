@@ -272,3 +272,42 @@ def test_recall_leaves_token_matching_to_deep_search_past_its_size_limit(service
     deep = service.deep_search("kayak", user_id="u")
     [step] = [s for s in deep.plans[0].steps if s.index == "token_match"]
     assert step.params["scan_log"] is True and step.params["max_memories"] == 0
+
+
+def test_a_delete_takes_its_memories_out_of_a_held_user_without_reading_them_again() -> None:
+    rng = np.random.default_rng(4)
+    a, b, c, d = (ch * 32 for ch in "abcd")  # ids as stored: a memory's parts are packed by id
+    cache = TokenCache()
+    first = TokenBlock.build([a, b], [pack(_unit(rng, 2)), pack(_unit(rng, 3))], [0, 0], ["", ""], [1, 2])
+    second = TokenBlock.build([c, d], [pack(_unit(rng, 1)), pack_parts([c])], [0, 0], ["", "p"], [3, 4])
+    cache.put("u", (first, second), cache.generation("u"))
+    generation = cache.generation("u")
+    cache.drop_rows("u", [a])
+    kept = cache.get("u")
+    assert kept is not None and [rid for b in kept for rid in b.ids] == [b, c, d]
+    query = project(_unit(np.random.default_rng(5), 2))
+    expected = np.concatenate([first.best(query)[:, 1:], second.best(query)], axis=1)
+    assert np.allclose(np.concatenate([b.best(query) for b in kept], axis=1), expected)  # the same scores, "a" gone
+    cache.put("u", (first,), generation)  # a load that began before the delete is refused
+    assert cache.get("u") is kept
+    cache.drop_rows("u", [c])  # "d" is scored from "c"'s tokens: read the user again
+    assert cache.get("u") is None
+
+
+def test_a_delete_or_a_new_neighbour_changes_a_held_users_vectors_in_place() -> None:
+    from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
+
+    rng = np.random.default_rng(6)
+    matrix = rng.standard_normal((3, 4)).astype(np.float32)
+    cache = VectorCache()
+    cache.put("u", UserVectors.build(["a", "b", "c"], matrix, {"prev_id": ["", "a", "b"]}), cache.generation("u"))
+    cache.drop_rows("u", ["b"])
+    held = cache.get("u")
+    assert held is not None and held.ids == ["a", "c"] and np.array_equal(held.matrix, matrix[[0, 2]])
+    new = np.ones(4, dtype=np.float32)
+    cache.patch_rows("u", {"c": ("a", new)})
+    patched = cache.get("u")
+    assert patched is not None and np.array_equal(patched.matrix[1], new) and list(patched.prev_ids) == ["", "a"]
+    assert np.array_equal(held.matrix[1], matrix[2])  # a search holding the old snapshot sees it unchanged
+    cache.patch_rows("u", {"b": ("a", new)})  # a row it does not hold: read the user again
+    assert cache.get("u") is None

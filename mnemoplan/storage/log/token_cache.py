@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,6 +139,26 @@ class TokenBlock:
             occurred=np.asarray(occurred, dtype=np.int64)[every],
             parts=tuple(parts),
         )
+
+    def without(self, gone: set[str]) -> TokenBlock | None:
+        """The block without these memories (deleted); None if a memory it keeps is scored from
+        the tokens of one of them (``parts``)."""
+        if gone.isdisjoint(self.ids):
+            return self
+        n = len(self.starts)
+        keep = np.array([rid not in gone for rid in self.ids], dtype=bool)
+        parts = tuple(p for p, kept in zip(self.parts, keep[n:], strict=True) if kept)
+        if any(rid in gone for p in parts for rid in p):
+            return None
+        lengths = np.diff(np.append(self.starts, self.tokens))
+        on = np.repeat(keep[:n], lengths)
+        kept_lengths = lengths[keep[:n]]
+        starts = np.concatenate([[0], np.cumsum(kept_lengths)[:-1]]) if len(kept_lengths) else kept_lengths
+        return TokenBlock(
+            ids=[rid for rid, kept in zip(self.ids, keep, strict=True) if kept], codes=self.codes[on],
+            scales=self.scales[on], starts=starts.astype(np.int64), kinds=self.kinds[keep],
+            projects=self.projects[keep], occurred=self.occurred[keep], parts=parts,
+        )  # fmt: skip
 
     @property
     def tokens(self) -> int:
@@ -265,6 +286,24 @@ class TokenCache(UserCache[tuple[TokenBlock, ...]]):
     def put(self, user_id: str, blocks: tuple[TokenBlock, ...], generation: tuple[int, int]) -> None:
         """Hold a user's tokens loaded whole, unless they changed since ``generation``."""
         super().put(user_id, merge_small(blocks), generation)
+
+    def drop_rows(self, user_id: str, ids: Sequence[str]) -> None:
+        """Take deleted memories out of a held user (cheaper than reading the user again; a user
+        some kept memory of which is scored from a deleted one's tokens is dropped). As any
+        delete, it refuses a load in flight and voids a too-large verdict."""
+        with self._lock:
+            self._changes[user_id] += 1
+            self._shrinks[user_id] += 1
+            self._too_large.discard(user_id)
+            blocks = self._users.get(user_id)
+            if blocks is None:
+                return
+            gone = set(ids)
+            kept = [b.without(gone) for b in blocks]
+            if any(b is None for b in kept):
+                del self._users[user_id]
+            else:
+                self._users[user_id] = merge_small(tuple(b for b in kept if b is not None))
 
     def extend(self, user_id: str, block: TokenBlock) -> None:
         """Add newly written memories to a held user (one not held loads them later)."""

@@ -183,6 +183,21 @@ class UserVectors:
             asks=self.asks[pick], alone=self.alone[pick], requests=self.requests[pick], buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )  # fmt: skip
 
+    def without(self, gone: set[str]) -> UserVectors:
+        """A snapshot without these rows (deleted)."""
+        return self.subset([i for i, rid in enumerate(self.ids) if rid not in gone])
+
+    def with_rows(self, changed: Mapping[str, tuple[str, np.ndarray]]) -> UserVectors | None:
+        """A snapshot with some rows' previous turn and vector replaced (``{id: (prev_id,
+        vector)}``, a turn whose neighbour was deleted); None if this one lacks a row."""
+        rows = {rid: self.row(rid) for rid in changed}
+        if any(i is None for i in rows.values()):
+            return None
+        matrix, prev_ids = self.matrix.copy(), self.prev_ids.copy()
+        for rid, i in rows.items():
+            prev_ids[i], matrix[i] = changed[rid]
+        return replace(self, matrix=matrix, prev_ids=prev_ids, buffer=_Buffer(matrix, dict(self._row_map())))
+
     def with_superseded(self, rid: str, by_id: str) -> UserVectors | None:
         """A snapshot with one record marked superseded; None if this one lacks it."""
         i = self.row(rid)
@@ -315,6 +330,27 @@ class VectorCache(UserCache[UserVectors]):
                 more = more.subset(fresh)
             if len(more):
                 self._users[user_id] = entry.extended(more)
+
+    def drop_rows(self, user_id: str, ids: Sequence[str]) -> None:
+        """Take deleted rows out of a held user (cheaper than reading the user again); a load
+        in flight is refused, as for any change."""
+        with self._lock:
+            self._changes[user_id] += 1
+            entry = self._users.get(user_id)
+            if entry is not None:
+                self._users[user_id] = entry.without(set(ids))
+
+    def patch_rows(self, user_id: str, changed: Mapping[str, tuple[str, np.ndarray]]) -> None:
+        """Give rows of a held user a new previous turn and vector (``UserVectors.with_rows``);
+        a user held without one of them is dropped."""
+        with self._lock:
+            self._changes[user_id] += 1
+            entry = self._users.get(user_id)
+            patched = entry.with_rows(changed) if entry is not None else None
+            if patched is not None:
+                self._users[user_id] = patched
+            else:
+                self._users.pop(user_id, None)
 
     def mark_superseded(self, rid: str, by_id: str, user_id: str | None = None) -> None:
         """Note in the cached copy that a record was superseded (the log was just updated).

@@ -166,15 +166,20 @@ class LogWriter:
         self, ids_to_vectors: dict[str, tuple[str, np.ndarray]], user_id: str | None = None
     ) -> None:
         """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten).
-        Naming their user confines the update to that user's rows, and keeps other users'
-        vectors in memory."""
-        with self._changing(list(ids_to_vectors), vectors=True, user_id=user_id):
+        Naming their user confines the update to that user's rows, and patches their rows in
+        memory (before and after, as ``_changing`` drops records) instead of dropping every
+        user's vectors; the tokens do not change."""
+        with self._changing(list(ids_to_vectors), vectors=user_id is None, user_id=user_id):
             table = self._tables.records
             if table is None:
                 return
+            if user_id is not None:
+                self._vector_cache.patch_rows(user_id, ids_to_vectors)
             for rid, (prev_id, vector) in ids_to_vectors.items():
                 where = _of_user(f"id = {sql_str(rid)}", user_id)
                 table.update(where=where, values={"prev_id": prev_id, "vector": [float(x) for x in vector]})
+            if user_id is not None:
+                self._vector_cache.patch_rows(user_id, ids_to_vectors)
 
     def set_superseded(
         self, rids: list[str], by_id: str, valid_to: datetime | None, user_id: str | None = None
@@ -242,16 +247,25 @@ class LogWriter:
 
     def delete(self, ids: list[str], user_id: str | None = None) -> int:
         """Delete records by id; returns how many existed. Naming their user confines the
-        delete to that user's rows, and keeps other users' vectors in memory."""
-        with self._changing(ids, vectors=True, user_id=user_id):
+        delete to that user's rows, and takes them out of the user's vectors and tokens in
+        memory (before and after, as ``_changing`` drops records), which the user's next search
+        would otherwise read again whole; without, every user's are dropped."""
+        with self._changing(ids, vectors=user_id is None, user_id=user_id):
             table = self._tables.records
             if table is None or not ids:
                 return 0
+            self._drop_rows(ids, user_id)
             deleted = 0
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
                 deleted += table.delete(_of_user(sql_in("id", chunk), user_id)).num_deleted_rows
+            self._drop_rows(ids, user_id)
             return deleted
+
+    def _drop_rows(self, ids: list[str], user_id: str | None) -> None:
+        if user_id is not None:
+            self._vector_cache.drop_rows(user_id, ids)
+            self._token_cache.drop_rows(user_id, ids)
 
     def delete_user(self, user_id: str) -> None:
         """Delete every record of a user."""
