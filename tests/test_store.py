@@ -147,6 +147,20 @@ def test_a_forget_keeps_other_users_vectors_in_memory_and_their_rows_untouched(s
     assert set(log.get("v", theirs)) == set(theirs)
 
 
+def test_stored_embeddings_are_read_as_such_whether_or_not_the_user_is_held(service: MemoryService) -> None:
+    ids = say(service, "u", "s", ("Ann", "my locker code is 4471"), ("Ben", "noted"))
+    log = service.store.log
+    rows = {r["id"]: r for r in log.select(RecordFilter("u", ids=tuple(ids)), ["id", "embedding", "vector"])}
+    assert not np.allclose(rows[ids[1]]["embedding"], rows[ids[1]]["vector"])  # the reply leans on the turn before
+    for held in (False, True):
+        if held:
+            service.recall("locker", user_id="u")
+            assert log.vector_cache.get("u") is not None
+        for column in ("embedding", "vector"):
+            read = log.vectors("u", ids, column=column)
+            assert all(np.allclose(read[rid], rows[rid][column]) for rid in ids), (held, column)
+
+
 def test_word_rarity_comes_from_the_users_own_documents(service: MemoryService) -> None:
     said = ["I love the lake", "The lake was cold", "We rowed on the lake at dawn", "My kayak is red"]
     service.remember(messages=[MessageIn(content=t) for t in said], user_id="u", session_id="s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -163,7 +164,9 @@ def build_service(settings: Settings, *, embedding: EmbeddingModel | None = None
         reranker=recall_reranker,
         rerank_deadline_s=settings.recall_rerank_deadline_s,
         model_ready=embedder.ready,
-        confidence=ConfidenceScorer(embedder.embed_query, store.log.vectors, ready=embedder.ready,
+        # The search vectors, which its model was fitted on (a held user's, from memory).
+        confidence=ConfidenceScorer(embedder.embed_query, partial(store.log.vectors, column="vector"),
+                                    ready=embedder.ready,
                                     cosine_calibrated=settings.embedding_model in CALIBRATED_MODELS),
     )
     limits = Limits(

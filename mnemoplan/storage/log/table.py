@@ -211,10 +211,11 @@ class LanceLog:
         return vectors is not None and 0 < len(vectors) <= self.cache.whole_user_max
 
     def vectors(self, user_id: str, ids: list[str], column: str = "embedding") -> dict[str, np.ndarray]:
-        """Stored vectors of some records (from memory when the user's vectors are cached there)."""
+        """Stored vectors of some records: their embeddings, or (``column="vector"``) their search
+        vectors, from memory when the user's are held there (the search vectors alone are)."""
         if self.tables.records is None or not ids:
             return {}
-        cached = self.vector_cache.get(user_id) if column == "embedding" else None
+        cached = self.vector_cache.get(user_id) if column == "vector" else None
         if cached is not None:
             rows = {rid: cached.row(rid) for rid in ids}
             if all(r is not None for r in rows.values()):
