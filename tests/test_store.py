@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -142,6 +143,8 @@ def test_a_forget_keeps_other_users_vectors_in_memory_and_their_rows_untouched(s
     (row,) = log.select(RecordFilter("u", ids=(mine[1],)), ["vector", "prev_id"])
     assert held is not None and held.ids == mine[1:] and list(held.prev_ids) == [row["prev_id"], mine[1]]
     assert np.allclose(held.matrix[0], row["vector"])  # as the log holds it now
+    # The delete's second pass over the cache (after the log's write) finds nothing left to do: no copy.
+    assert held.without({mine[0]}) is held and held.with_rows({mine[1]: (row["prev_id"], row["vector"])}) is held
     assert all("4471" not in i.text for i in service.recall("locker code", user_id="u").items)
     assert log.delete([theirs[0]], user_id="u") == 0  # an id of another user is not theirs to delete
     assert set(log.get("v", theirs)) == set(theirs)
@@ -513,6 +516,64 @@ def test_a_forget_that_failed_part_way_is_finished_by_the_next_one(
         assert on_disk(data, "HIDE1KK") == [] and svc.store.journal.pending() == []
     finally:
         svc.close()
+
+
+def test_a_forget_the_store_closes_under_writes_nothing_after_and_the_next_start_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its graph part runs under the user's lock alone, so a close can come before its log part."""
+    import lance
+
+    data = tmp_path / "data"
+    svc = make_service(data)
+    records = data / "log" / "records.lance"
+    at_close: list[int] = []
+    try:
+        ids = say(svc, "u", "s", *[("Ann", f"note {i} marker HIDE{i}KK") for i in range(3)])
+        svc.store.wait_for_writes()
+        unlink = svc.store.deleter._unlink
+
+        def unlink_then_close(*args: Any) -> None:
+            unlink(*args)
+            closing = threading.Thread(target=svc.store.close)
+            closing.start()
+            closing.join()
+            at_close.append(lance.dataset(records).version)
+
+        monkeypatch.setattr(svc.store.deleter, "_unlink", unlink_then_close)
+        with pytest.raises(RuntimeError, match="closed"):
+            svc.store.delete("u", [ids[1]])
+        assert at_close == [lance.dataset(records).version]  # the log untouched after the close
+    finally:
+        with contextlib.suppress(Exception):  # the store is closed already
+            svc.close()
+    svc = make_service(data)  # start-up runs the delete again, and its purge
+    try:
+        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+        assert log_ids == bm25_ids == graph_ids == {ids[0], ids[2]}
+        assert on_disk(data, "HIDE1KK") == [] and svc.store.journal.pending() == []
+    finally:
+        svc.close()
+
+
+def test_a_forget_reads_again_when_a_purge_drops_the_files_under_its_reads(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its reads run beside other forgets' purges, which drop the files of old log versions."""
+    ids = say(service, "u", "s", ("Ann", "note marker HIDE0KK"), ("Ben", "noted"))
+    deleter, tries = service.store.deleter, []
+    read = deleter._read
+
+    def dropped_once(*args: Any) -> Any:
+        tries.append(1)
+        if len(tries) == 1:
+            raise OSError("LanceError(IO): Not found: records.lance/data/0a1b.lance")
+        return read(*args)
+
+    monkeypatch.setattr(deleter, "_read", dropped_once)
+    receipt = service.forget(ids=[ids[0]], user_id="u")
+    assert (receipt.removed, receipt.purged, len(tries)) == (1, True, 2)
+    assert service.store.log.ids(RecordFilter("u")) == [ids[1]]
 
 
 def test_a_purge_takes_the_marked_rows_that_cite_or_follow_a_forgotten_record(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from mnemoplan.storage.documents import bm25_doc, context_vector, graph_record, 
 from mnemoplan.storage.graph.client import GraphIndex, GraphRecord
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
-from mnemoplan.storage.log.table import LanceLog
+from mnemoplan.storage.log.table import LanceLog, read_again_if_dropped
 from mnemoplan.storage.overlays import OverlayWriter
 from mnemoplan.storage.rebuild import Rebuilder
 
@@ -135,13 +135,11 @@ class Deleter:
                 self._redo_deletes(user_id)
             # Reads under the user's lock alone (no write of the user meanwhile): under many
             # clients a read is several times slower, and every remember waits for the write lock.
-            all_ids = self._with_derived(ids) if ids else []
-            existing = self._log.get(user_id, all_ids) if all_ids else {}
-            report.ids = [rid for rid in all_ids if rid in existing]
+            # A purge may drop old files under them (``drop_unreferenced``): they are read again.
+            existing, links, reads = read_again_if_dropped(lambda: self._read_delete(user_id, ids))
+            report.ids = list(existing)
             report.sessions = {r.session_id for r in existing.values() if r.session_id}
             if report.ids:
-                links = self._links(user_id, report.ids)
-                reads = self._read(user_id, report.ids, links)
                 intent = self._journal.begin(Intent("delete", user_id, report.ids, extra=links))
                 done = False
                 try:
@@ -151,6 +149,8 @@ class Deleter:
                     # closing), the log still holds the records, and the intent does it again.
                     self._unlink(report, reads)
                     with self._locks.write:
+                        if self._locks.closed:  # the stores and the data directory are released
+                            raise RuntimeError("the store is closed; the next start finishes this forget")
                         self._delete_now(user_id, report, reads)
                         done = True
                         self._purge_later(intent)
@@ -236,6 +236,17 @@ class Deleter:
             out.extend(dict.fromkeys(frontier))
         return out
 
+    def _read_delete(self, user_id: str, ids: list[str]) -> tuple[dict[str, Record], Links, _Reads]:
+        """What a delete of ``ids`` reads before it writes: the records it deletes (those
+        derived from them too; in that order), their links (``_links``) and the rest (``_read``)."""
+        all_ids = self._with_derived(ids) if ids else []
+        found = self._log.get(user_id, all_ids) if all_ids else {}
+        existing = {rid: found[rid] for rid in all_ids if rid in found}
+        if not existing:
+            return existing, {}, _Reads()
+        links = self._links(user_id, list(existing))
+        return existing, links, self._read(user_id, list(existing), links)
+
     def _links(self, user_id: str, ids: list[str]) -> Links:
         """What a delete's intent keeps of its records' links (ids only), for a delete run again
         once they are out of the log: the turn before each, and what replaced each."""
@@ -312,8 +323,8 @@ class Deleter:
         reopened facts valid again, ``report.ids`` out, the turns that followed them linked to
         their new previous turns. Under the user's lock alone, which a refresh of the user
         takes too; the graph is rebuilt whole only before serving (start-up repair, ``reindex``).
-        A close of the store meanwhile fails it, before the log lost anything: the user's next
-        delete or the next start runs the delete again.
+        A close of the store meanwhile fails it (or ``delete``'s check after it), before the log
+        lost anything: the user's next delete or the next start runs the delete again.
         """
         for rid in reads.relations:
             self._graph.close_relation(rid, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,22 @@ from mnemoplan.storage.log.writes import LogWriter
 
 
 DROPPED_FILE_READS = 3  # reads of a scan whose files a purge dropped under it
+
+
+T = TypeVar("T")
+
+
+def read_again_if_dropped(read: Callable[[], T]) -> T:
+    """``read()``, done again if a purge dropped a file of the version it began on
+    (``drop_unreferenced``, which runs beside reads): the newest version no longer needs it."""
+    for attempt in range(DROPPED_FILE_READS):
+        try:
+            return read()
+        except (RuntimeError, OSError) as exc:
+            if attempt + 1 == DROPPED_FILE_READS or "Not found" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
+
 
 class LanceLog:
     """The record log in one LanceDB database.
@@ -161,15 +177,8 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return []
-        for attempt in range(DROPPED_FILE_READS):
-            try:
-                data = table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq")
-                break
-            except (RuntimeError, OSError) as exc:
-                # a purge dropped a file of the version this scan began on (``drop_unreferenced``
-                # beside a BM25 rebuild): the newest version no longer needs it, so read again
-                if attempt + 1 == DROPPED_FILE_READS or "Not found" not in str(exc):
-                    raise
+        data = read_again_if_dropped(
+            lambda: table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq"))
         return [DocRecord(**{k: v if v is not None else "" for k, v in row.items()}, alone=bool(lone))
                 for row, lone in zip(data.to_pylist(), alone(data), strict=True)]  # fmt: skip
 

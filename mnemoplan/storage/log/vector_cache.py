@@ -184,7 +184,10 @@ class UserVectors:
         )  # fmt: skip
 
     def without(self, gone: set[str]) -> UserVectors:
-        """A snapshot without these rows (deleted)."""
+        """A snapshot without these rows (deleted); this one if it has none of them (a delete
+        drops rows before and after it writes the log: the second finds them gone)."""
+        if all(self.row(rid) is None for rid in gone):
+            return self
         return self.subset([i for i, rid in enumerate(self.ids) if rid not in gone])
 
     def with_rows(self, changed: Mapping[str, tuple[str, np.ndarray]]) -> UserVectors | None:
@@ -193,6 +196,9 @@ class UserVectors:
         rows = {rid: self.row(rid) for rid in changed}
         if any(i is None for i in rows.values()):
             return None
+        if all(self.prev_ids[i] == changed[rid][0] and np.array_equal(self.matrix[i], np.asarray(changed[rid][1], self.matrix.dtype))
+               for rid, i in rows.items()):
+            return self  # patched already (before the log was written)
         matrix, prev_ids = self.matrix.copy(), self.prev_ids.copy()
         for rid, i in rows.items():
             prev_ids[i], matrix[i] = changed[rid]
