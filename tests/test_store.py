@@ -150,6 +150,38 @@ def test_a_forget_keeps_other_users_vectors_in_memory_and_their_rows_untouched(s
     assert set(log.get("v", theirs)) == set(theirs)
 
 
+def test_a_forget_takes_its_records_out_of_the_held_ledger_and_catalog_as_a_fresh_read_would(
+    service: MemoryService,
+) -> None:
+    """Read again whole after every forget, they were two reads of the user's log per forget."""
+    from mnemoplan.storage.catalog import EntityCatalog
+    from mnemoplan.storage.ledger import UserLedger
+
+    ids = say(service, "u", "s", ("Ann", "I live in Oslo and my sister Kari works at Equinor"),
+              ("Ben", "Kari sounds busy"), ("Ann", "My dog Rex likes Kari"), ("Ann", "I moved to Bergen last week"))  # fmt: skip
+    service.store.wait_for_writes("u")
+    kept = service.store.bookkeeping
+    catalog, ledger = kept.catalogs.get("u"), kept.ledger("u")
+
+    def entities(c: EntityCatalog) -> dict[str, tuple[Any, ...]]:
+        return {k: (i.surfaces, i.types, i.mentions, i.spoke) for k, i in c.entities.items()}
+
+    def held(led: UserLedger) -> tuple[Any, ...]:
+        return (led.by_hash, led.by_source, {k: v for k, v in led.session_messages.items() if v},
+                {k: set(v) for k, v in led.summaries.items() if v},
+                {k: {f.id for f in v} for k, v in led.facts.items() if v})  # fmt: skip
+
+    service.forget(ids=[ids[3]], user_id="u")  # the move goes: Oslo is where Ann lives again
+    assert kept.catalogs.get("u") is catalog and kept.loaded_ledger("u") is None  # its current facts changed
+    assert entities(catalog) == entities(EntityCatalog.from_counts(*service.store.log.mention_counts("u")))
+    ledger = kept.ledger("u")
+    service.forget(ids=[ids[0]], user_id="u")  # its facts go with it: where Ann lives, Kari's work
+    assert kept.catalogs.get("u") is catalog and kept.loaded_ledger("u") is ledger  # patched, not read again
+    assert entities(catalog) == entities(EntityCatalog.from_counts(*service.store.log.mention_counts("u")))
+    assert "equinor" not in catalog.entities and catalog.entities["kari"].mentions == 2
+    assert held(ledger) == held(UserLedger.load(service.store.log, "u"))
+
+
 def test_stored_embeddings_are_read_as_such_whether_or_not_the_user_is_held(service: MemoryService) -> None:
     ids = say(service, "u", "s", ("Ann", "my locker code is 4471"), ("Ben", "noted"))
     log = service.store.log

@@ -118,6 +118,23 @@ class WriteBookkeeping:
                 ledger.note(rec, embedding)
             self.catalogs.add(rec.user_id, rec.entities, rec.seq)
 
+    def forget_records(self, user_id: str, records: list[Record], *, reopened: bool) -> None:
+        """Take deleted records out of what is held of their user, rather than read it all
+        again (two reads of the user's whole log per forget, each slowest under load). A
+        delete that made facts current again (``reopened``) drops the user's ledger, whose
+        current facts it changed; the last turns of the sessions it touched are read again
+        (what followed a deleted turn now follows another)."""
+        self.catalogs.remove(user_id, [m for rec in records for m in rec.entities])
+        sessions = {rec.session_id for rec in records}
+        with self._held:
+            ledger = self._ledgers.get(user_id)
+            if ledger is not None and reopened:
+                del self._ledgers[user_id]
+            elif ledger is not None:
+                ledger.drop(records)
+            for key in [k for k in self._last if k[0] == user_id and k[1] in sessions]:
+                del self._last[key]
+
     def forget_user(self, user_id: str) -> None:
         """Drop what is held of a user whose records were deleted."""
         self.catalogs.invalidate(user_id)

@@ -2,7 +2,7 @@
 
 Entities live in the records that mention them (``Record.entities``), so the
 catalog holds no data of its own: it is rebuilt from the log on first use and kept
-current as records are added. Forgetting invalidates it.
+current as records are added and deleted.
 """
 
 from __future__ import annotations
@@ -96,6 +96,27 @@ class EntityCatalog:
             self._count(m.key, m.name, m.type, m.role, 1)
         self.version += 1
 
+    def remove(self, mentions: Iterable[EntityMention]) -> None:
+        """Uncount the mentions of deleted records; an entity, name or type left with none goes.
+        An entity's names keep the order they were first written in, deleted mentions
+        included (a catalog read again orders them by the first mention left): only a tie
+        between two names' counts can tell the two apart."""
+        touched = set()
+        for m in mentions:
+            self._count(m.key, m.name, m.type, m.role, -1)
+            touched.add(m.key)
+        for key in touched:
+            if self._mentions.get(key, 0) <= 0:
+                for counts in (self._surfaces, self._types, self._mentions, self._spoke):
+                    counts.pop(key, None)
+                continue
+            for counts in (self._surfaces.get(key, {}), self._types.get(key, {})):
+                for gone in [k for k, n in counts.items() if n <= 0]:
+                    del counts[gone]
+            if self._spoke.get(key, 1) <= 0:
+                del self._spoke[key]
+        self.version += 1
+
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]], upto: int = 0) -> EntityCatalog:
         """A catalog from how often each (key, name, type, role) was mentioned, in order of
@@ -157,6 +178,15 @@ class CatalogCache:
                 catalog.upto = seq
                 if mentions:
                     catalog.add(mentions)
+
+    def remove(self, user_id: str, mentions: list[EntityMention]) -> None:
+        """Uncount deleted records' mentions in a loaded catalog (``EntityCatalog.remove``); a
+        load in flight, which may have read them, is read again."""
+        with self._state:
+            self._changes[user_id] += 1
+            catalog = self._catalogs.get(user_id)
+            if catalog is not None:
+                catalog.remove(mentions)
 
     def invalidate(self, user_id: str) -> None:
         """Drop a user's catalog; the next use rebuilds it from the log."""

@@ -49,6 +49,8 @@ class _Reads:
         vectors: The turns that followed a deleted one: their new previous turn and search vector.
         nodes: Those turns' graph records, linked to their new previous turn.
         docs: Those turns' BM25 documents, with their new previous turn's words as context.
+        removed: The records deleted, as the log held them (None when a delete is run again
+            from its intent: they are out of the log already).
     """
 
     replaced: list[tuple[str, str, Any]] = field(default_factory=list)
@@ -57,6 +59,7 @@ class _Reads:
     vectors: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
     nodes: list[GraphRecord] = field(default_factory=list)
     docs: list[BM25Doc] = field(default_factory=list)
+    removed: list[Record] | None = None
 
 
 @dataclass
@@ -245,7 +248,9 @@ class Deleter:
         if not existing:
             return existing, {}, _Reads()
         links = self._links(user_id, list(existing))
-        return existing, links, self._read(user_id, list(existing), links)
+        reads = self._read(user_id, list(existing), links)
+        reads.removed = list(existing.values())
+        return existing, links, reads
 
     def _links(self, user_id: str, ids: list[str]) -> Links:
         """What a delete's intent keeps of its records' links (ids only), for a delete run again
@@ -347,14 +352,18 @@ class Deleter:
         # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
         report.per_store["bm25"] = self._bm25.delete(user_id, ids)
         self._overlays.forget_unindexed(user_id, ids)
-        self._forgotten(user_id)
+        self._forgotten(user_id, reads)
 
-    def _forgotten(self, user_id: str) -> None:
-        """Drop what the store keeps in memory of a user whose records were deleted, and tell the
-        listeners (the write path's cache of the sentences its summaries read, of every user)."""
+    def _forgotten(self, user_id: str, reads: _Reads | None = None) -> None:
+        """Take deleted records out of what the store keeps in memory of their user (all of
+        it dropped, without ``reads.removed``), and tell the listeners (the write path's cache
+        of the sentences its summaries read, of every user)."""
         for listener in self._forgotten_listeners:
             listener(user_id)
-        self._bookkeeping.forget_user(user_id)
+        if reads is not None and reads.removed is not None:
+            self._bookkeeping.forget_records(user_id, reads.removed, reopened=bool(reads.reopened))
+        else:
+            self._bookkeeping.forget_user(user_id)
 
     # -- the purge -------------------------------------------------------------------------
 

@@ -3,13 +3,14 @@
 Identities (content hashes, source ids), the messages of each session in order, the
 current facts by subject (for near-duplicate and contradiction checks) and the summaries
 of each session, with the stretch of messages each covers. Loaded from the log on a
-user's first write, kept current by writes, dropped by deletes.
+user's first write, kept current by writes and deletes (dropped by a delete that makes
+facts current again: read again at the next write).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -109,6 +110,27 @@ class UserLedger:
                 rid, str(meta.get("first_message", "")), str(meta.get("last_message", "")),
                 int(meta.get("message_count", 0)),
             )  # fmt: skip
+
+    def drop(self, records: Sequence[Record]) -> None:
+        """Take deleted records out: their hashes, sources, places in their sessions, summaries
+        and facts. What they had replaced is not made current here: a delete that reopens
+        facts drops the whole ledger instead (``WriteBookkeeping.forget_records``)."""
+        gone = {rec.id for rec in records}
+        for rec in records:
+            if self.by_hash.get(rec.content_hash) == rec.id:
+                del self.by_hash[rec.content_hash]
+            if rec.source_id and self.by_source.get((rec.session_id, rec.source_id)) == rec.id:
+                del self.by_source[(rec.session_id, rec.source_id)]
+            summaries = self.summaries.get(rec.session_id)
+            if summaries is not None and summaries.pop(rec.id, None) and not summaries:
+                del self.summaries[rec.session_id]
+            self.retire_fact(rec.id)
+        for session in {rec.session_id for rec in records if rec.kind == "message"}:
+            left = [m for m in self.session_messages.get(session, []) if m[1] not in gone]
+            if left:
+                self.session_messages[session] = left
+            else:
+                self.session_messages.pop(session, None)
 
     def last_message(self, session_id: str) -> str | None:
         """The id of the session's last message, if it has one."""
