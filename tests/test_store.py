@@ -171,15 +171,44 @@ def test_a_forget_takes_its_records_out_of_the_held_ledger_and_catalog_as_a_fres
                 {k: set(v) for k, v in led.summaries.items() if v},
                 {k: {f.id for f in v} for k, v in led.facts.items() if v})  # fmt: skip
 
+    def fresh() -> dict[str, tuple[Any, ...]]:
+        return entities(EntityCatalog.from_counts(*service.store.log.mention_counts("u")))
+
     service.forget(ids=[ids[3]], user_id="u")  # the move goes: Oslo is where Ann lives again
-    assert kept.catalogs.get("u") is catalog and kept.loaded_ledger("u") is None  # its current facts changed
-    assert entities(catalog) == entities(EntityCatalog.from_counts(*service.store.log.mention_counts("u")))
+    assert kept.loaded_ledger("u") is None  # its current facts changed: read again
+    patched = kept.catalogs.peek("u")
+    assert patched is not None and patched is not catalog and entities(patched) == fresh()
+    assert "bergen" in catalog.entities  # a recall holding the catalog as it was reads it unchanged
     ledger = kept.ledger("u")
     service.forget(ids=[ids[0]], user_id="u")  # its facts go with it: where Ann lives, Kari's work
-    assert kept.catalogs.get("u") is catalog and kept.loaded_ledger("u") is ledger  # patched, not read again
-    assert entities(catalog) == entities(EntityCatalog.from_counts(*service.store.log.mention_counts("u")))
-    assert "equinor" not in catalog.entities and catalog.entities["kari"].mentions == 2
-    assert held(ledger) == held(UserLedger.load(service.store.log, "u"))
+    assert kept.loaded_ledger("u") is ledger and held(ledger) == held(UserLedger.load(service.store.log, "u"))
+    catalog = kept.catalogs.get("u")
+    assert entities(catalog) == fresh() and "equinor" not in catalog.entities
+    assert catalog.entities["kari"].mentions == 2
+
+
+def test_a_catalog_read_while_a_forget_deletes_is_not_uncounted_again(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recalls take no lock: one may read the user's catalog from the log after its delete and
+    before the forget uncounts the deleted mentions in memory."""
+    from mnemoplan.storage.catalog import EntityCatalog
+
+    ids = say(service, "u", "s", ("Ann", "Kari works at Equinor"), ("Ann", "We met Kari in Oslo"))
+    catalogs, log = service.store.bookkeeping.catalogs, service.store.log
+    delete = log.delete
+
+    def delete_then_read(*args: Any, **kwargs: Any) -> int:
+        n = delete(*args, **kwargs)
+        catalogs.get("u")  # a recall's first use of the catalog, from the log as the delete left it
+        return n
+
+    monkeypatch.setattr(log, "delete", delete_then_read)
+    catalogs.invalidate("u")
+    service.forget(ids=[ids[0]], user_id="u")
+    fresh = EntityCatalog.from_counts(*log.mention_counts("u"))
+    assert {k: i.mentions for k, i in catalogs.get("u").entities.items()} == {
+        k: i.mentions for k, i in fresh.entities.items()} and "kari" in fresh.entities  # fmt: skip
 
 
 def test_stored_embeddings_are_read_as_such_whether_or_not_the_user_is_held(service: MemoryService) -> None:

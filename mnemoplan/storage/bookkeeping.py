@@ -118,13 +118,16 @@ class WriteBookkeeping:
                 ledger.note(rec, embedding)
             self.catalogs.add(rec.user_id, rec.entities, rec.seq)
 
-    def forget_records(self, user_id: str, records: list[Record], *, reopened: bool) -> None:
+    def forget_records(
+        self, user_id: str, records: list[Record], *, reopened: bool, catalog: EntityCatalog | None
+    ) -> None:
         """Take deleted records out of what is held of their user, rather than read it all
-        again (two reads of the user's whole log per forget, each slowest under load). A
-        delete that made facts current again (``reopened``) drops the user's ledger, whose
-        current facts it changed; the last turns of the sessions it touched are read again
-        (what followed a deleted turn now follows another)."""
-        self.catalogs.remove(user_id, [m for rec in records for m in rec.entities])
+        again (two reads of the user's whole log per forget, each slowest under load): from
+        ``catalog``, the user's catalog as loaded before the log's delete (``CatalogCache.peek``),
+        and from the ledger. A delete that made facts current again (``reopened``) drops the
+        user's ledger, whose current facts it changed; the last turns of the sessions it touched
+        are read again (what followed a deleted turn now follows another)."""
+        self.catalogs.remove(user_id, [m for rec in records for m in rec.entities], catalog)
         sessions = {rec.session_id for rec in records}
         with self._held:
             ledger = self._ledgers.get(user_id)

@@ -96,26 +96,35 @@ class EntityCatalog:
             self._count(m.key, m.name, m.type, m.role, 1)
         self.version += 1
 
-    def remove(self, mentions: Iterable[EntityMention]) -> None:
-        """Uncount the mentions of deleted records; an entity, name or type left with none goes.
-        An entity's names keep the order they were first written in, deleted mentions
-        included (a catalog read again orders them by the first mention left): only a tie
-        between two names' counts can tell the two apart."""
-        touched = set()
+    def without(self, mentions: Iterable[EntityMention]) -> EntityCatalog:
+        """A copy with the mentions of deleted records uncounted; an entity, name or type left
+        with none goes. A copy, since recalls read a catalog without a lock. An entity's
+        names keep the order they were first written in, deleted mentions included (a catalog
+        read again orders them by the first mention left): only a tie between two names'
+        counts can tell the two apart."""
+        mentions = list(mentions)
+        touched = {m.key for m in mentions}
+        out = EntityCatalog()
+        out._surfaces, out._types = dict(self._surfaces), dict(self._types)
+        out._mentions, out._spoke = dict(self._mentions), dict(self._spoke)
+        for key in touched:  # the inner counts the uncounting changes, copied too
+            for counts in (out._surfaces, out._types):
+                if key in counts:
+                    counts[key] = dict(counts[key])
         for m in mentions:
-            self._count(m.key, m.name, m.type, m.role, -1)
-            touched.add(m.key)
+            out._count(m.key, m.name, m.type, m.role, -1)
         for key in touched:
-            if self._mentions.get(key, 0) <= 0:
-                for counts in (self._surfaces, self._types, self._mentions, self._spoke):
+            if out._mentions.get(key, 0) <= 0:
+                for counts in (out._surfaces, out._types, out._mentions, out._spoke):
                     counts.pop(key, None)
                 continue
-            for counts in (self._surfaces.get(key, {}), self._types.get(key, {})):
-                for gone in [k for k, n in counts.items() if n <= 0]:
-                    del counts[gone]
-            if self._spoke.get(key, 1) <= 0:
-                del self._spoke[key]
-        self.version += 1
+            for inner in (out._surfaces.get(key, {}), out._types.get(key, {})):
+                for gone in [k for k, n in inner.items() if n <= 0]:
+                    del inner[gone]
+            if out._spoke.get(key, 1) <= 0:
+                del out._spoke[key]
+        out.version, out.upto = self.version + 1, self.upto
+        return out
 
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]], upto: int = 0) -> EntityCatalog:
@@ -179,14 +188,22 @@ class CatalogCache:
                 if mentions:
                     catalog.add(mentions)
 
-    def remove(self, user_id: str, mentions: list[EntityMention]) -> None:
-        """Uncount deleted records' mentions in a loaded catalog (``EntityCatalog.remove``); a
-        load in flight, which may have read them, is read again."""
+    def peek(self, user_id: str) -> EntityCatalog | None:
+        """The user's catalog if it is loaded (none is loaded)."""
+        with self._state:
+            return self._catalogs.get(user_id)
+
+    def remove(self, user_id: str, mentions: list[EntityMention], before: EntityCatalog | None) -> None:
+        """Uncount deleted records' mentions (``EntityCatalog.without``) in the catalog that was
+        loaded before the delete (``peek``); any other (one read from the log meanwhile, which
+        may or may not have held them) is dropped, and so is a load in flight."""
         with self._state:
             self._changes[user_id] += 1
             catalog = self._catalogs.get(user_id)
-            if catalog is not None:
-                catalog.remove(mentions)
+            if catalog is not None and catalog is before:
+                self._catalogs[user_id] = catalog.without(mentions)
+            else:
+                self._catalogs.pop(user_id, None)
 
     def invalidate(self, user_id: str) -> None:
         """Drop a user's catalog; the next use rebuilds it from the log."""

@@ -19,6 +19,7 @@ from mnemoplan.model import Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.storage.bookkeeping import WriteBookkeeping
+from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.storage.counters import PendingCounts
 from mnemoplan.storage.documents import bm25_doc, context_vector, graph_record, leans_on, user_keys
 from mnemoplan.storage.graph.client import GraphIndex, GraphRecord
@@ -161,6 +162,7 @@ class Deleter:
                     if not done:
                         with self._locks.write:
                             self._unfinished[intent.token] = intent  # done again by the user's next delete
+                            self._bookkeeping.forget_user(user_id)  # it may have deleted some of the log
         self._purge_user(user_id, report)  # the records are out of every store: writes may go on
         return report
 
@@ -341,6 +343,7 @@ class Deleter:
         """Delete ``report.ids`` from the log and the BM25 index (under the write lock), as
         ``reads`` (``_read``) found them, once ``_unlink`` took them out of the graph."""
         ids = report.ids
+        catalog = self._bookkeeping.catalogs.peek(user_id)  # as loaded before the log changes
         self._counts.forget(ids)
         report.per_store["log"] = self._log.delete(ids, user_id)
         for rid, after, valid_to in reads.replaced:
@@ -352,16 +355,17 @@ class Deleter:
         # Out of every search now; the purge rebuilds the index to get their terms out of its segments.
         report.per_store["bm25"] = self._bm25.delete(user_id, ids)
         self._overlays.forget_unindexed(user_id, ids)
-        self._forgotten(user_id, reads)
+        self._forgotten(user_id, reads, catalog)
 
-    def _forgotten(self, user_id: str, reads: _Reads | None = None) -> None:
+    def _forgotten(self, user_id: str, reads: _Reads | None = None, catalog: EntityCatalog | None = None) -> None:
         """Take deleted records out of what the store keeps in memory of their user (all of
-        it dropped, without ``reads.removed``), and tell the listeners (the write path's cache
-        of the sentences its summaries read, of every user)."""
+        it dropped, without ``reads.removed``; ``catalog``: the user's entity catalog loaded
+        before the delete), and tell the listeners (the write path's cache of the sentences
+        its summaries read, of every user)."""
         for listener in self._forgotten_listeners:
             listener(user_id)
         if reads is not None and reads.removed is not None:
-            self._bookkeeping.forget_records(user_id, reads.removed, reopened=bool(reads.reopened))
+            self._bookkeeping.forget_records(user_id, reads.removed, reopened=bool(reads.reopened), catalog=catalog)
         else:
             self._bookkeeping.forget_user(user_id)
 
