@@ -158,7 +158,8 @@ def test_a_forget_takes_its_records_out_of_the_held_ledger_and_catalog_as_a_fres
     from mnemoplan.storage.ledger import UserLedger
 
     ids = say(service, "u", "s", ("Ann", "I live in Oslo and my sister Kari works at Equinor"),
-              ("Ben", "Kari sounds busy"), ("Ann", "My dog Rex likes Kari"), ("Ann", "I moved to Bergen last week"))  # fmt: skip
+              ("Ben", "Kari sounds busy"), ("Ann", "My dog Rex likes Kari"),
+              ("Ann", "I moved to Bergen last week"))  # fmt: skip
     service.store.wait_for_writes("u")
     kept = service.store.bookkeeping
     catalog, ledger = kept.catalogs.get("u"), kept.ledger("u")
@@ -552,6 +553,14 @@ def test_a_forget_whose_purge_failed_is_finished_by_the_next_forget(
         svc.close()
 
 
+def assert_left_everywhere(svc: MemoryService, data: Path, kept: set[str], *, gone: str) -> None:
+    """User u's records are ``kept`` in the log, BM25 and the graph alike; no file holds ``gone``;
+    no intent is pending."""
+    log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
+    assert log_ids == bm25_ids == graph_ids == kept
+    assert on_disk(data, gone) == [] and svc.store.journal.pending() == []
+
+
 @pytest.mark.parametrize(("store", "step", "left"), [
     ("graph", "delete", 3),  # the graph's part fails first: still in the log
     ("graph", "add", 3),  # out of the graph, the next turn not linked again, still in the log
@@ -571,10 +580,8 @@ def test_a_forget_that_failed_part_way_is_finished_by_the_next_one(
         assert svc.store.log.count("user_id = 'u'") == left
         receipt = svc.forget(ids=[ids[1]], user_id="u")
         assert (receipt.removed, receipt.finished_ids, receipt.purged) == (0, [ids[1]], True)
-        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
-        assert log_ids == bm25_ids == graph_ids == {ids[0], ids[2]}
+        assert_left_everywhere(svc, data, {ids[0], ids[2]}, gone="HIDE1KK")
         assert svc.store.graph.neighbours([ids[2]]) == {ids[2]: (ids[0], "")}  # the next turn re-linked
-        assert on_disk(data, "HIDE1KK") == [] and svc.store.journal.pending() == []
     finally:
         svc.close()
 
@@ -610,9 +617,7 @@ def test_a_forget_the_store_closes_under_writes_nothing_after_and_the_next_start
             svc.close()
     svc = make_service(data)  # start-up runs the delete again, and its purge
     try:
-        log_ids, bm25_ids, graph_ids = overlay_ids(svc.store, "u")
-        assert log_ids == bm25_ids == graph_ids == {ids[0], ids[2]}
-        assert on_disk(data, "HIDE1KK") == [] and svc.store.journal.pending() == []
+        assert_left_everywhere(svc, data, {ids[0], ids[2]}, gone="HIDE1KK")
     finally:
         svc.close()
 

@@ -204,9 +204,7 @@ class Deleter:
 
     def replay(self, intent: Intent) -> None:
         """Run an interrupted delete again, from its intent (under the write lock), and leave its purge."""
-        report, reads = DeleteReport(ids=list(intent.ids)), self._read(intent.user_id, intent.ids, intent.extra)
-        self._unlink(report, reads)
-        self._delete_now(intent.user_id, report, reads)
+        self._run_again(intent)
         self._purge_later(intent)
 
     def resume_purge(self, intent: Intent) -> None:
@@ -226,11 +224,16 @@ class Deleter:
         for token, intent in list(self._unfinished.items()):
             if intent.user_id != user_id:
                 continue
-            report, reads = DeleteReport(ids=list(intent.ids)), self._read(user_id, intent.ids, intent.extra)
-            self._unlink(report, reads)
-            self._delete_now(user_id, report, reads)
+            self._run_again(intent)
             del self._unfinished[token]
             self._stalled.add(self._purge_later(intent).token)
+
+    def _run_again(self, intent: Intent) -> None:
+        """A delete from its intent, its records maybe out of the log already (``_links``)."""
+        report = DeleteReport(ids=list(intent.ids))
+        reads = self._read(intent.user_id, intent.ids, intent.extra)
+        self._unlink(report, reads)
+        self._delete_now(intent.user_id, report, reads)
 
     def _with_derived(self, ids: list[str]) -> list[str]:
         out = list(dict.fromkeys(ids))
@@ -277,7 +280,9 @@ class Deleter:
             self._read_context(user_id, successors, prev_of, gone, reads)
         return reads
 
-    def _read_reopened(self, user_id: str, gone: set[str], replaced_by: dict[str, str], reads: _Reads) -> None:
+    def _read_reopened(
+        self, user_id: str, gone: set[str], replaced_by: dict[str, str], reads: _Reads
+    ) -> None:
         """What deleted records had replaced: pointed at what replaced them in turn, else current
         again (forgetting "I moved to Bergen" leaves Oslo as where the user lives), and then
         so are the messages the reopened facts were read from."""
@@ -357,7 +362,9 @@ class Deleter:
         self._overlays.forget_unindexed(user_id, ids)
         self._forgotten(user_id, reads, catalog)
 
-    def _forgotten(self, user_id: str, reads: _Reads | None = None, catalog: EntityCatalog | None = None) -> None:
+    def _forgotten(
+        self, user_id: str, reads: _Reads | None = None, catalog: EntityCatalog | None = None
+    ) -> None:
         """Take deleted records out of what the store keeps in memory of their user (all of
         it dropped, without ``reads.removed``; ``catalog``: the user's entity catalog loaded
         before the delete), and tell the listeners (the write path's cache of the sentences
@@ -365,7 +372,8 @@ class Deleter:
         for listener in self._forgotten_listeners:
             listener(user_id)
         if reads is not None and reads.removed is not None:
-            self._bookkeeping.forget_records(user_id, reads.removed, reopened=bool(reads.reopened), catalog=catalog)
+            reopened = bool(reads.reopened)
+            self._bookkeeping.forget_records(user_id, reads.removed, reopened=reopened, catalog=catalog)
         else:
             self._bookkeeping.forget_user(user_id)
 

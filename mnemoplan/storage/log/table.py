@@ -177,8 +177,9 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return []
-        data = read_again_if_dropped(
-            lambda: table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq"))
+        data = read_again_if_dropped(  # the query made anew each time: it reads the newest version
+            lambda: table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq")
+        )
         return [DocRecord(**{k: v if v is not None else "" for k, v in row.items()}, alone=bool(lone))
                 for row, lone in zip(data.to_pylist(), alone(data), strict=True)]  # fmt: skip
 

@@ -291,19 +291,18 @@ class TokenCache(UserCache[tuple[TokenBlock, ...]]):
         """Take deleted memories out of a held user (cheaper than reading the user again; a user
         some kept memory of which is scored from a deleted one's tokens is dropped). As any
         delete, it refuses a load in flight and voids a too-large verdict."""
-        with self._lock:
-            self._changes[user_id] += 1
-            self._shrinks[user_id] += 1
-            self._too_large.discard(user_id)
-            blocks = self._users.get(user_id)
-            if blocks is None:
-                return
-            gone = set(ids)
+        gone = set(ids)
+
+        def without(blocks: tuple[TokenBlock, ...]) -> tuple[TokenBlock, ...] | None:
             kept = [b.without(gone) for b in blocks]
             if any(b is None for b in kept):
-                del self._users[user_id]
-            else:
-                self._users[user_id] = merge_small(tuple(b for b in kept if b is not None))
+                return None
+            return merge_small(tuple(b for b in kept if b is not None))
+
+        with self._lock:
+            self._shrinks[user_id] += 1
+            self._too_large.discard(user_id)
+            self._change(user_id, without)
 
     def extend(self, user_id: str, block: TokenBlock) -> None:
         """Add newly written memories to a held user (one not held loads them later)."""

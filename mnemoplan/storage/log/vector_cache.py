@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
@@ -196,8 +196,9 @@ class UserVectors:
         rows = {rid: self.row(rid) for rid in changed}
         if any(i is None for i in rows.values()):
             return None
-        if all(self.prev_ids[i] == changed[rid][0] and np.array_equal(self.matrix[i], np.asarray(changed[rid][1], self.matrix.dtype))
-               for rid, i in rows.items()):
+        if all(self.prev_ids[i] == changed[rid][0]
+               and np.array_equal(self.matrix[i], np.asarray(changed[rid][1], self.matrix.dtype))
+               for rid, i in rows.items()):  # fmt: skip
             return self  # patched already (before the log was written)
         matrix, prev_ids = self.matrix.copy(), self.prev_ids.copy()
         for rid, i in rows.items():
@@ -288,6 +289,19 @@ class UserCache(Generic[Entry]):
                 _, old = self._users.popitem(last=False)
                 total -= self.size(old)
 
+    def _change(self, user_id: str, change: Callable[[Entry], Entry | None]) -> None:
+        """Replace a held user's entry by ``change(entry)``, or drop it when that is None
+        (under the lock); a load in flight is refused, as for any change."""
+        self._changes[user_id] += 1
+        entry = self._users.get(user_id)
+        if entry is None:
+            return
+        changed = change(entry)
+        if changed is None:
+            del self._users[user_id]
+        else:
+            self._users[user_id] = changed
+
     def invalidate(self, user_id: str | None = None) -> None:
         """Drop one user's entry, or everyone's."""
         with self._lock:
@@ -340,23 +354,15 @@ class VectorCache(UserCache[UserVectors]):
     def drop_rows(self, user_id: str, ids: Sequence[str]) -> None:
         """Take deleted rows out of a held user (cheaper than reading the user again); a load
         in flight is refused, as for any change."""
+        gone = set(ids)
         with self._lock:
-            self._changes[user_id] += 1
-            entry = self._users.get(user_id)
-            if entry is not None:
-                self._users[user_id] = entry.without(set(ids))
+            self._change(user_id, lambda entry: entry.without(gone))
 
     def patch_rows(self, user_id: str, changed: Mapping[str, tuple[str, np.ndarray]]) -> None:
         """Give rows of a held user a new previous turn and vector (``UserVectors.with_rows``);
         a user held without one of them is dropped."""
         with self._lock:
-            self._changes[user_id] += 1
-            entry = self._users.get(user_id)
-            patched = entry.with_rows(changed) if entry is not None else None
-            if patched is not None:
-                self._users[user_id] = patched
-            else:
-                self._users.pop(user_id, None)
+            self._change(user_id, lambda entry: entry.with_rows(changed))
 
     def mark_superseded(self, rid: str, by_id: str, user_id: str | None = None) -> None:
         """Note in the cached copy that a record was superseded (the log was just updated).
