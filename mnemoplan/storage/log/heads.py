@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 
+import lance
 import pyarrow as pa
 from lancedb.table import LanceTable
 
@@ -37,24 +38,29 @@ class UserHeads:
     """
 
     def __init__(self, tables: LogTables) -> None:
+        self._tables = tables
         self._table: LanceTable = tables.open_or_create(HEADS_TABLE, _SCHEMA)
 
     def read(self, user_id: str) -> str:
         """The user's head ("" for a user no write has published yet)."""
-        rows = self._table.search().where(of_user(user_id)).select(["head"]).limit(2).to_list()
+        rows = self._newest().to_table(columns=["head"], filter=of_user(user_id), limit=2).to_pylist()
         return rows[0]["head"] if rows else ""
+
+    def _newest(self) -> lance.LanceDataset:
+        # Every server's every call reads a head: the fewest listings of object storage
+        return self._tables.newest(self._table)
 
     def swap(self, user_id: str, expected: str, head: str) -> bool:
         """Set the user's head to ``head`` if it is ``expected`` ("" : the user has none); whether it was."""
         row = pa.table({"user_id": [user_id], "head": [head]}, schema=_SCHEMA)
-        merge = self._table.merge_insert("user_id")
+        merge = self._newest().merge_insert("user_id")
         if expected:
-            result = merge.when_matched_update_all(where=f"target.head = {sql_str(expected)}").execute(row)
+            result = merge.when_matched_update_all(f"target.head = {sql_str(expected)}").execute(row)
         else:
             result = merge.when_not_matched_insert_all().execute(row)
-        return bool(result.num_updated_rows or result.num_inserted_rows)
+        return bool(result["num_updated_rows"] or result["num_inserted_rows"])
 
     def set(self, user_id: str, head: str) -> None:
         """Set the user's head, whatever it was."""
         row = pa.table({"user_id": [user_id], "head": [head]}, schema=_SCHEMA)
-        self._table.merge_insert("user_id").when_matched_update_all().when_not_matched_insert_all().execute(row)
+        self._newest().merge_insert("user_id").when_matched_update_all().when_not_matched_insert_all().execute(row)

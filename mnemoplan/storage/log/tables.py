@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import lance
 import lancedb
 import pyarrow as pa
 from lancedb.table import LanceTable
@@ -38,6 +39,10 @@ class LogTables:
         # process opened (a lookup of the table's version per read: what freshness costs).
         self._db = lancedb.connect(str(location), storage_options=storage_options or None,
                                    read_consistency_interval=timedelta(0) if self.shared else None)  # fmt: skip
+        self._storage_options = storage_options or None
+        # What pylance reads of a table's versions (manifests, file footers): never stale, as
+        # neither changes once written; shared by every ``newest`` open.
+        self._session = lance.Session()
         self._dim: int | None = None
         names = self._db.table_names()
         self._records: LanceTable | None = None
@@ -78,6 +83,13 @@ class LogTables:
             return self._db.create_table(name, schema=schema)
         except (OSError, ValueError, RuntimeError):  # created meanwhile
             return self._db.open_table(name)
+
+    def newest(self, table: LanceTable) -> lance.LanceDataset:
+        """A table's newest version, read by pylance: on object storage one listing of its
+        versions (LanceDB's query builder, told to read the newest version, lists them five times
+        for one query, and a merge six: bench/README.md), then the manifest from the shared
+        session's cache unless another server committed since."""
+        return lance.dataset(table._dataset_path, storage_options=self._storage_options, session=self._session)
 
     @property
     def dim(self) -> int | None:
