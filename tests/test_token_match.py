@@ -251,9 +251,8 @@ def test_a_user_found_too_large_is_not_read_again_until_their_memories_shrink(
         say(service, "u", "s", ("Ann", "the canoe is green"), ("Ben", "my kayak is red"))
         assert _token_hits(service, "kayak") == [] and log.token_cache.too_large("u")
         reads: list[str] = []
-        search = log.tables.records.search
-        table = log.tables.records
-        monkeypatch.setattr(table, "search", lambda *a, **k: reads.append("read") or search(*a, **k))
+        newest = log.tables.newest  # what every read of the log opens
+        monkeypatch.setattr(log.tables, "newest", lambda *a, **k: reads.append("read") or newest(*a, **k))
         assert _token_hits(service, "kayak") == [] and not reads  # known too large: the log is not read
         say(service, "u", "s", ("Ann", "a third boat"))
         assert _token_hits(service, "kayak") == [] and not reads  # an append only makes them larger

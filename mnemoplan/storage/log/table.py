@@ -106,7 +106,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return 0
-        return int(table.count_rows(None if where is None else sql(where)))
+        return self.tables.count(table, None if where is None else sql(where))
 
     def select(
         self, where: Where, columns: list[str] | None = None, limit: int | None = None
@@ -115,8 +115,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return []
-        query = table.search().where(sql(where)).select(columns or META_COLUMNS).limit(limit)
-        return query.to_arrow().to_pylist()
+        return self.tables.read(table, sql(where), columns or META_COLUMNS, limit).to_pylist()
 
     def ids(self, where: RecordFilter) -> list[str]:
         """The ids of the records matching a filter."""
@@ -128,7 +127,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return {c: [] for c in columns}
-        return table.search().where(sql(where)).select(columns).limit(None).to_arrow().to_pydict()
+        return self.tables.read(table, sql(where), columns).to_pydict()
 
     def mention_counts(self, user_id: str) -> tuple[list[tuple[str, str, str, str, int]], int]:
         """How often each distinct (key, name, type, role) occurs among a user's entity mentions,
@@ -140,8 +139,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return [], 0
-        query = table.search().where(of_user(user_id)).select(["seq", "entities"]).limit(None)
-        data = query.to_arrow().sort_by("seq")  # write order, whatever a purge's rewrite did to the file order
+        data = self.tables.read(table, of_user(user_id), ["seq", "entities"]).sort_by("seq")  # write order, whatever a purge's rewrite did to the file order
         upto = int(data.column("seq")[-1].as_py()) if data.num_rows else 0
         flat = pc.list_flatten(data.column("entities"))
         if len(flat) == 0:
@@ -178,7 +176,7 @@ class LanceLog:
         if table is None:
             return []
         data = read_again_if_dropped(  # the query made anew each time: it reads the newest version
-            lambda: table.search().where(sql(where)).select(DOC_COLUMNS).limit(None).to_arrow().sort_by("seq")
+            lambda: self.tables.read(table, sql(where), DOC_COLUMNS).sort_by("seq")
         )
         return [DocRecord(**{k: v if v is not None else "" for k, v in row.items()}, alone=bool(lone))
                 for row, lone in zip(data.to_pylist(), alone(data), strict=True)]  # fmt: skip
@@ -210,7 +208,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return table_schema(1).empty_table().select(META_COLUMNS)
-        return table.search().where(sql(RecordFilter(user_id))).select(META_COLUMNS).limit(None).to_arrow()
+        return self.tables.read(table, sql(RecordFilter(user_id)), META_COLUMNS)
 
     def _load_whole(self, user_id: str) -> bool:
         """Whether to read a user's records whole into the cache: a user of known size (the vector
@@ -239,10 +237,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return {}
-        query = table.search()
-        if kinds:
-            query = query.where(sql_in("kind", kinds))
-        rows = query.select(["user_id", "session_id"]).limit(None).to_arrow()
+        rows = self.tables.read(table, sql_in("kind", kinds) if kinds else None, ["user_id", "session_id"])
         records = rows.group_by("user_id").aggregate([("user_id", "count")])
         named = rows.filter(pc.not_equal(rows["session_id"], ""))
         sessions = named.group_by("user_id").aggregate([("session_id", "count_distinct")])
@@ -258,10 +253,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return
-        query = table.search().select(columns).limit(None)
-        if where:
-            query = query.where(sql(where))
-        for batch in query.to_batches(batch_rows):
+        for batch in self.tables.batches(table, sql(where) if where else None, columns, batch_rows):
             yield batch.to_pylist()
 
     def user_ids(self) -> list[str]:
@@ -269,7 +261,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return []
-        col = table.search().select(["user_id"]).limit(None).to_arrow().column("user_id")
+        col = self.tables.read(table, None, ["user_id"]).column("user_id")
         return sorted(set(col.to_pylist()))
 
     def count_with_tokens(self, user_id: str) -> int:

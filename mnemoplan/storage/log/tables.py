@@ -3,6 +3,7 @@ by several servers, the users' heads (``heads.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -90,6 +91,21 @@ class LogTables:
         for one query, and a merge six: bench/README.md), then the manifest from the shared
         session's cache unless another server committed since."""
         return lance.dataset(table._dataset_path, storage_options=self._storage_options, session=self._session)
+
+    def read(self, table: LanceTable, where: str | None, columns: list[str], limit: int | None = None) -> pa.Table:
+        """Rows of a table's newest version matching a filter (every row when ``where`` is None):
+        pylance's scan, not LanceDB's query builder, which runs each call on one event-loop
+        thread of its own that needs the GIL at each step (a 20-row read by id beside one busy
+        Python thread: 254 ms through it, 63 ms through pylance; quiet, 7.4-8.9 against 4.6-6.2)."""
+        return self.newest(table).to_table(columns=columns, filter=where or None, limit=limit)
+
+    def batches(self, table: LanceTable, where: str | None, columns: list[str], rows: int) -> Iterator[pa.RecordBatch]:
+        """``read`` a batch of at most ``rows`` rows at a time."""
+        return iter(self.newest(table).to_batches(columns=columns, filter=where or None, batch_size=rows))
+
+    def count(self, table: LanceTable, where: str | None = None) -> int:
+        """Rows of a table's newest version matching a filter (all rows when None)."""
+        return int(self.newest(table).count_rows(where or None))
 
     @property
     def dim(self) -> int | None:

@@ -52,10 +52,10 @@ class UserViews:
             return entry
         generation = self.vector_cache.generation(user_id)
         where = of_user(user_id)
-        if table.count_rows(where) > self.vector_cache.max_user_rows:
+        newest = self._tables.newest(table)  # one version for the count and the read
+        if newest.count_rows(where) > self.vector_cache.max_user_rows:
             return None
-        query = table.search().where(where).select(["id", *HEAD_COLUMNS, "speaker", "text", "vector"])
-        data = query.limit(None).to_arrow()
+        data = newest.to_table(columns=["id", *HEAD_COLUMNS, "speaker", "text", "vector"], filter=where)
         columns = head_arrays(data)
         columns["asks"] = asks(data)
         columns["alone"] = alone(data)
@@ -124,10 +124,9 @@ class UserViews:
             yield from held
             return
         generation, stamp = self.token_cache.generation(user_id), self.token_cache.size_stamp(user_id)
-        query = table.search().where(of_user(user_id, HAS_TOKENS))
         loaded: list[TokenBlock] = []
         total = 0
-        for batch in query.select(TOKEN_COLUMNS).limit(None).to_batches(5_000):
+        for batch in self._tables.batches(table, of_user(user_id, HAS_TOKENS), TOKEN_COLUMNS, 5_000):
             heads = head_arrays(pa.Table.from_batches([batch]), ["kind", "project_id", "occurred_at"])
             kinds = kind_code_array(heads["kind"])
             block = TokenBlock.build(batch.column("id").to_pylist(), batch.column("tokens").to_pylist(),
