@@ -486,6 +486,27 @@ def test_a_bm25_rebuild_carries_over_what_was_written_while_it_ran(tmp_path: Pat
     index.close()
 
 
+def test_bm25_indexes_stay_open_for_reading_while_only_a_few_keep_writers(tmp_path: Path) -> None:
+    from mnemoplan.storage.bm25 import BM25Doc, BM25Index
+
+    index = BM25Index(tmp_path / "bm25", max_open=8, max_writers=2)
+    users = [f"u{i}" for i in range(4)]
+    for user in users:
+        index.add([BM25Doc(f"{user}-a", user, "the red kayak")])
+    writing = [user for user, handle in index._open.items() if handle.writing]
+    assert list(index._open) == users and writing == users[-2:]  # all open, the last two writing
+    busy = index._open["u2"]
+    with busy.lock:  # in use: its writer stays, and the bound gives way rather than wait
+        index.add([BM25Doc("u0-b", "u0", "a green canoe")])
+    assert busy.writing and index._open["u0"].writing
+    for user in users:  # each still read, and written again, as before
+        index.add([BM25Doc(f"{user}-c", user, "a blue boat")])
+        index.delete(user, [f"{user}-a"])
+        assert [rid for rid, _ in index.search(user, "kayak boat", 5)] == [f"{user}-c"]
+    assert sum(h.writing for h in index._open.values()) <= 2
+    index.close()
+
+
 @pytest.mark.parametrize("step", ["rewrite_deleted", "drop_unreferenced"])
 def test_a_purge_cut_short_is_done_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str

@@ -85,16 +85,32 @@ class _UserIndex:
             path.mkdir(parents=True, exist_ok=True)
         self.index = tantivy.Index(schema, path=str(self.copy or path), reuse=True)
         self.index.register_tokenizer(_ANALYZER_NAME, _analyzer())
-        self._writer = None if read_only else self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        self.read_only = read_only
+        # Opened at the first write: a writer holds ~3 MB and seven threads, a reader 0.4 MB and one
+        self._writer: tantivy.IndexWriter | None = None
         self.lock = threading.Lock()
         self.dirty = False
         self.closed = False  # by eviction or a swap: whoever waited for its lock opens it again
 
     @property
     def writer(self) -> tantivy.IndexWriter:
-        if self._writer is None:
+        """The index's writer, opened now if it has none (under ``lock``)."""
+        if self.read_only:
             raise OSError(errno.EROFS, "the BM25 index was opened read-only")
+        if self._writer is None:
+            self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
+
+    @property
+    def writing(self) -> bool:
+        """Whether it holds a writer."""
+        return self._writer is not None
+
+    def release_writer(self) -> None:
+        """Close the writer of an index with nothing uncommitted (under ``lock``); the next write opens one."""
+        if self._writer is not None and not self.dirty:
+            self._writer.wait_merging_threads()
+            self._writer = None
 
     def commit(self) -> None:
         self.writer.commit()
@@ -116,12 +132,13 @@ class BM25Index:
 
     Args:
         root: Directory holding one sub-directory per user.
-        max_open: Indexes kept open at once (each holds a writer).
+        max_open: Indexes kept open (16 were too few for 50 users at once: ~5 ms to open one per recall).
+        max_writers: Of those, how many keep a writer (the least recently used idle ones close first).
         read_only: Read the indexes without writing anything in ``root`` (a data directory that
             cannot be written): each is read from a copy, and a write fails with ``OSError``.
     """
 
-    def __init__(self, root: Path, *, max_open: int = 16, read_only: bool = False) -> None:
+    def __init__(self, root: Path, *, max_open: int = 128, max_writers: int = 16, read_only: bool = False) -> None:
         self.root = root
         self.read_only = read_only
         if not read_only:
@@ -130,6 +147,7 @@ class BM25Index:
         self._analyzer = _analyzer()
         self._open: OrderedDict[str, _UserIndex] = OrderedDict()
         self._max_open = max_open
+        self._max_writers = max_writers
         self._lock = threading.RLock()
         self._rebuilds = KeyedLocks()  # one rebuild of a user at a time
         self._touched: dict[str, set[str]] = {}  # ids written while a user's rebuild runs
@@ -171,6 +189,22 @@ class BM25Index:
                 _, old = self._open.popitem(last=False)
                 old.close()
             return handle
+
+    def _room_for_writer(self, user_id: str) -> None:
+        """Before a write of the user (holding no lock): past ``max_writers`` writers, close those of
+        the least recently used indexes with nothing to commit that no one is using (none waited
+        for: the bound may be exceeded for a while)."""
+        with self._lock:
+            if (mine := self._open.get(user_id)) is not None and mine.writing:
+                return
+            others = [h for u, h in self._open.items() if u != user_id and h.writing]
+        for handle in others[: max(0, len(others) - self._max_writers + 1)]:
+            if handle.lock.acquire(blocking=False):
+                try:
+                    if not handle.closed:
+                        handle.release_writer()
+                finally:
+                    handle.lock.release()
 
     @contextmanager
     def _locked(self, user_id: str, create: bool) -> Iterator[_UserIndex | None]:
@@ -220,6 +254,7 @@ class BM25Index:
         for doc in docs:
             by_user.setdefault(doc.user_id, []).append(doc)
         for user_id, user_docs in by_user.items():
+            self._room_for_writer(user_id)
             with self._locked(user_id, create=True) as handle:
                 assert handle is not None
                 for doc in user_docs:
@@ -243,6 +278,7 @@ class BM25Index:
         """Delete documents by id (soft: segments keep the bytes until ``rebuild``)."""
         if not ids:
             return 0
+        self._room_for_writer(user_id)
         with self._locked(user_id, create=False) as handle:
             if handle is None:
                 with self._lock:  # a rebuild may have read them before they left the log

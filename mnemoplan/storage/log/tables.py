@@ -44,6 +44,7 @@ class LogTables:
         # What pylance reads of a table's versions (manifests, file footers): never stale, as
         # neither changes once written; shared by every ``newest`` open.
         self._session = lance.Session()
+        self._uris: dict[str, str] = {}  # table name -> where pylance finds it
         self._dim: int | None = None
         names = self._db.table_names()
         self._records: LanceTable | None = None
@@ -90,7 +91,10 @@ class LogTables:
         versions (LanceDB's query builder, told to read the newest version, lists them five times
         for one query, and a merge six: bench/README.md), then the manifest from the shared
         session's cache unless another server committed since."""
-        return lance.dataset(table._dataset_path, storage_options=self._storage_options, session=self._session)
+        uri = self._uris.get(table.name)
+        if uri is None:  # LanceDB answers it through its event loop: asked once
+            uri = self._uris[table.name] = table.uri
+        return lance.dataset(uri, storage_options=self._storage_options, session=self._session)
 
     def read(self, table: LanceTable, where: str | None, columns: list[str], limit: int | None = None) -> pa.Table:
         """Rows of a table's newest version matching a filter (every row when ``where`` is None):
