@@ -46,7 +46,7 @@ def read_again_if_dropped(read: Callable[[], T]) -> T:
     for attempt in range(DROPPED_FILE_READS):
         try:
             return read()
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, pa.ArrowException) as exc:  # LanceDB's errors; pylance's scan's
             if attempt + 1 == DROPPED_FILE_READS or "Not found" not in str(exc):
                 raise
     raise AssertionError("unreachable")
