@@ -139,7 +139,8 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return [], 0
-        data = self.tables.read(table, of_user(user_id), ["seq", "entities"]).sort_by("seq")  # write order, whatever a purge's rewrite did to the file order
+        # write order, whatever a purge's rewrite did to the file order
+        data = self.tables.read(table, of_user(user_id), ["seq", "entities"]).sort_by("seq")
         upto = int(data.column("seq")[-1].as_py()) if data.num_rows else 0
         flat = pc.list_flatten(data.column("entities"))
         if len(flat) == 0:

@@ -16,6 +16,10 @@ from mnemoplan.runtime import configure_lance
 from mnemoplan.storage.log.schema import KEYS_TABLE, LATER_COLUMNS, TABLE, table_schema
 
 
+SESSION_INDEX_BYTES = 256 << 20  # pylance's cache of index pages (the user_id B-tree's, mostly)
+SESSION_METADATA_BYTES = 128 << 20  # and of manifests and file footers
+
+
 def is_shared(location: Path | str) -> bool:
     """Whether a log location is object storage (``s3://``, ``gs://``, ...), which other servers may
     write too, rather than a local directory."""
@@ -41,9 +45,11 @@ class LogTables:
         self._db = lancedb.connect(str(location), storage_options=storage_options or None,
                                    read_consistency_interval=timedelta(0) if self.shared else None)  # fmt: skip
         self._storage_options = storage_options or None
-        # What pylance reads of a table's versions (manifests, file footers): never stale, as
-        # neither changes once written; shared by every ``newest`` open.
-        self._session = lance.Session()
+        # What pylance reads of a table's versions (manifests, file footers, index pages): never
+        # stale, as none changes once written; shared by every ``newest`` open, and bounded (a
+        # version per write: a long-running server would otherwise keep every manifest it read).
+        self._session = lance.Session(index_cache_size_bytes=SESSION_INDEX_BYTES,
+                                      metadata_cache_size_bytes=SESSION_METADATA_BYTES)  # fmt: skip
         self._uris: dict[str, str] = {}  # table name -> where pylance finds it
         self._dim: int | None = None
         names = self._db.table_names()
