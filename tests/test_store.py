@@ -508,6 +508,23 @@ def test_bm25_indexes_stay_open_for_reading_while_only_a_few_keep_writers(tmp_pa
     index.close()
 
 
+def test_a_bm25_index_in_use_is_not_closed_to_make_room(tmp_path: Path) -> None:
+    from mnemoplan.storage.bm25 import BM25Doc, BM25Index
+
+    index = BM25Index(tmp_path / "bm25", max_open=2)
+    index.add([BM25Doc("a", "u0", "the red kayak")])
+    busy = index._open["u0"]
+    with busy.lock:  # a write under way: its uncommitted documents must not be dropped by a close
+        busy.writer.add_document(index._document(BM25Doc("b", "u0", "a green canoe")))
+        busy.dirty = True
+        for user in ("u1", "u2"):
+            index.add([BM25Doc(f"{user}-a", user, "a blue boat")])
+        assert not busy.closed and "u0" in index._open and "u1" not in index._open
+    index.commit("u0")
+    assert sorted(rid for rid, _ in index.search("u0", "kayak canoe", 5)) == ["a", "b"]
+    index.close()
+
+
 @pytest.mark.parametrize("step", ["rewrite_deleted", "drop_unreferenced"])
 def test_a_purge_cut_short_is_done_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str

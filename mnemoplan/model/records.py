@@ -305,6 +305,18 @@ class DocRecord:
     alone: bool = False  # a message long enough to stand alone (see ``stands_alone``)
 
 
+@dataclass(frozen=True)
+class BM25Doc:
+    """What the BM25 overlay indexes for one record (``storage.documents.bm25_doc`` makes it)."""
+
+    id: str
+    user_id: str
+    body: str
+    kind: str = "message"
+    session_id: str = ""
+    project_id: str = ""
+
+
 class Utterance(Protocol):
     """Something someone said: a record, what BM25 reads of one, a search result."""
 

@@ -25,12 +25,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
+from mnemoplan.model.records import BM25Doc  # what the index takes, named here too
 from mnemoplan.storage.locks import KeyedLocks
 
 log = logging.getLogger(__name__)
@@ -60,18 +60,6 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("project", tokenizer_name="raw")
     builder.add_text_field("body", tokenizer_name=_ANALYZER_NAME, index_option="freq")
     return builder.build()
-
-
-@dataclass(frozen=True)
-class BM25Doc:
-    """What the BM25 overlay indexes for one record."""
-
-    id: str
-    user_id: str
-    body: str
-    kind: str = "message"
-    session_id: str = ""
-    project_id: str = ""
 
 
 class _UserIndex:
@@ -117,11 +105,20 @@ class _UserIndex:
         self.index.reload()
         self.dirty = False
 
+    def if_idle(self, act: Callable[[], None]) -> bool:
+        """``act()`` under ``lock`` if no one holds it (never waited for); whether it ran."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            act()
+        finally:
+            self.lock.release()
+        return True
+
     def close(self) -> None:
         if self.dirty:
             self.commit()
-        if self._writer is not None:
-            self._writer.wait_merging_threads()
+        self.release_writer()
         if self.copy is not None:
             shutil.rmtree(self.copy, ignore_errors=True)
         self.closed = True
@@ -146,7 +143,7 @@ class BM25Index:
         self._schema = _schema()
         self._analyzer = _analyzer()
         self._open: OrderedDict[str, _UserIndex] = OrderedDict()
-        self._max_open = max_open
+        self._max_open = min(max_open, 16) if read_only else max_open  # read-only: each one a copy on disk
         self._max_writers = max_writers
         self._lock = threading.RLock()
         self._rebuilds = KeyedLocks()  # one rebuild of a user at a time
@@ -185,10 +182,18 @@ class BM25Index:
                 return None  # nothing to read, and nothing can be written
             handle = _UserIndex(path, self._schema, read_only=self.read_only)
             self._open[user_id] = handle
-            while len(self._open) > self._max_open:
-                _, old = self._open.popitem(last=False)
-                old.close()
+            while len(self._open) > self._max_open and self._close_idle(but=user_id):
+                pass
             return handle
+
+    def _close_idle(self, but: str) -> bool:
+        """Close the least recently used open index but ``but``'s that no one uses (one in use, a write
+        under way, stays open past ``max_open`` for a while). Under ``_lock``; False if all are in use."""
+        for user_id, handle in self._open.items():
+            if user_id != but and handle.if_idle(handle.close):
+                del self._open[user_id]
+                return True
+        return False
 
     def _room_for_writer(self, user_id: str) -> None:
         """Before a write of the user (holding no lock): past ``max_writers`` writers, close those of
@@ -199,12 +204,7 @@ class BM25Index:
                 return
             others = [h for u, h in self._open.items() if u != user_id and h.writing]
         for handle in others[: max(0, len(others) - self._max_writers + 1)]:
-            if handle.lock.acquire(blocking=False):
-                try:
-                    if not handle.closed:
-                        handle.release_writer()
-                finally:
-                    handle.lock.release()
+            handle.if_idle(handle.release_writer)  # a closed one has none left to release
 
     @contextmanager
     def _locked(self, user_id: str, create: bool) -> Iterator[_UserIndex | None]:
