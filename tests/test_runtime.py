@@ -53,3 +53,15 @@ def test_what_start_up_built_is_left_out_of_collections_until_a_new_service() ->
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "0"]
+
+
+def test_the_gil_is_handed_over_after_a_millisecond_of_python() -> None:
+    script = textwrap.dedent("""
+        import sys
+        from mnemoplan.runtime import configure
+        print(sys.getswitchinterval())
+        configure()
+        print(sys.getswitchinterval())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert [float(v) for v in out.stdout.split()] == [0.005, 0.001]  # Python's default, then ours
