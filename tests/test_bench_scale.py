@@ -4,6 +4,7 @@ store, and the HTTP load with its checks."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,9 @@ def test_bench_scale_builds_measures_loads_then_reuses_the_store(tmp_path: Path)
     assert load["clients"] == 2 and load["calls"] > 0 and load["errors"] == 0
     assert load["lost_writes"] == 0 and load["forgotten_still_stored"] == 0 and load["forgotten_returned"] == 0
     assert load["foreign_returned"] == 0  # each client sees only its own user's memory
+    assert load["client_cpu_ms_per_call"] > 0
+    if sys.platform == "linux":  # read from /proc: None elsewhere
+        assert load["server_cpu_ms_per_call"] > 0
 
     second = run(tmp_path / "out2", data_dir, "--clients", "0")
     assert second["build"]["reused"] and second["build"]["stored"] == 0 and second["build_s"] == 0.0

@@ -95,7 +95,7 @@ def measure_in_child(args: argparse.Namespace, data_dir: Path, out: Path) -> dic
 
 def http_load(args: argparse.Namespace, datasets: list[Dataset], data_dir: Path, out: Path) -> dict[str, Any]:
     """The mixed load through the HTTP server, then the store read back."""
-    from mnemoplan.bench.scale_load import ClientLog, run_load, start_server, stop_server
+    from mnemoplan.bench.scale_load import ClientLog, process_tree_cpu_s, run_load, start_server, stop_server
     from mnemoplan.storage.tokens import TokenStore
 
     sources = conversations(datasets)
@@ -108,16 +108,30 @@ def http_load(args: argparse.Namespace, datasets: list[Dataset], data_dir: Path,
         clients.append(ClientLog(plan.user_id, secret, asked[plan.sources[0]]))
     env = {"MNEMOPLAN_EMBEDDING_MODEL": args.embedding_model, "LANCE_LOG": "error"}
     proc, url = start_server(data_dir, out / "server.log", env)
+    # CPU of the timed calls: the server's (with its graph process) and this process's, the clients'
+    cpu: dict[str, tuple[float | None, float]] = {}
+    mark = lambda: (process_tree_cpu_s(proc.pid), time.process_time())  # noqa: E731
     try:
         started = time.perf_counter()
-        run_load(url, clients, args.load_rate, args.load_seconds)
+        run_load(url, clients, args.load_rate, args.load_seconds, on_start=lambda: cpu.update(start=mark()))
+        cpu["end"] = mark()
         seconds = time.perf_counter() - started
     finally:
         stop_server(proc)
-    return load_report(clients, data_dir, seconds, args)
+    return load_report(clients, data_dir, seconds, args, cpu)
 
 
-def load_report(clients: list[Any], data_dir: Path, seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+def cpu_per_call(cpu: dict[str, tuple[float | None, float]], calls: int) -> dict[str, float | None]:
+    """The server's and the clients' CPU milliseconds per timed call (None where not measured)."""
+    if "start" not in cpu or "end" not in cpu or not calls:
+        return {"server_cpu_ms_per_call": None, "client_cpu_ms_per_call": None}
+    (s0, c0), (s1, c1) = cpu["start"], cpu["end"]
+    server = round((s1 - s0) * 1000 / calls, 1) if s0 is not None and s1 is not None else None
+    return {"server_cpu_ms_per_call": server, "client_cpu_ms_per_call": round((c1 - c0) * 1000 / calls, 1)}
+
+
+def load_report(clients: list[Any], data_dir: Path, seconds: float, args: argparse.Namespace,
+                cpu: dict[str, tuple[float | None, float]] | None = None) -> dict[str, Any]:  # fmt: skip
     """Latencies and errors of the load, and what the store holds of its writes and forgets."""
     from mnemoplan.config import Settings
     from mnemoplan.model.scope import RecordFilter
@@ -146,6 +160,7 @@ def load_report(clients: list[Any], data_dir: Path, seconds: float, args: argpar
         "forgotten": sum(len(c.forgotten) for c in clients), "forgotten_still_stored": kept_forgotten,
         "forgotten_returned": sum(len(c.resurfaced) for c in clients),
         "foreign_returned": sum(len(c.foreign) for c in clients), "latency_ms": by_tool,
+        **cpu_per_call(cpu or {}, calls),
     }  # fmt: skip
 
 
@@ -173,7 +188,8 @@ def write_report(out: Path, m: dict[str, Any]) -> str:
                   f"{load['calls_per_s']}/s): errors {load['errors']}, acknowledged writes {load['acknowledged_writes']} "
                   f"(lost {load['lost_writes']}), forgotten {load['forgotten']} (still stored "
                   f"{load['forgotten_still_stored']}, returned by a later recall {load['forgotten_returned']}); "
-                  f"another client's notes returned {load.get('foreign_returned', 0)}.", "",
+                  f"another client's notes returned {load.get('foreign_returned', 0)}. CPU per timed call: server "
+                  f"{load.get('server_cpu_ms_per_call')} ms, clients {load.get('client_cpu_ms_per_call')} ms.", "",
                   "| tool | n | p50 ms | p95 ms | p99 ms |", "|---|---:|---:|---:|---:|"]  # fmt: skip
         lines += [f"| {t} | {v['n']} | {v['p50']} | {v['p95']} | {v['p99']} |" for t, v in lt.items() if v]
     text = "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,34 +167,67 @@ async def _client(url: str, log: ClientLog, rate: float, seconds: float, seed: i
 
 
 class StartLine:
-    """Where clients wait before their timed calls until every client has made its untimed first one."""
+    """Where clients wait before their timed calls until every client has made its untimed first
+    one; ``on_start`` is called then, once."""
 
-    def __init__(self, clients: int) -> None:
+    def __init__(self, clients: int, on_start: Callable[[], None] | None = None) -> None:
         import anyio
 
         self._left = clients
         self._go = anyio.Event()
+        self._on_start = on_start
+
+    def _open(self) -> None:
+        if self._left <= 0 and not self._go.is_set():
+            if self._on_start is not None:
+                self._on_start()
+            self._go.set()
 
     def leave(self) -> None:
         """A client that will never arrive (its first call failed): the others do not wait for it."""
         self._left -= 1
-        if self._left <= 0:
-            self._go.set()
+        self._open()
 
     async def wait(self) -> None:
         self._left -= 1
-        if self._left <= 0:
-            self._go.set()
+        self._open()
         await self._go.wait()
 
 
-def run_load(url: str, clients: list[ClientLog], rate: float, seconds: float) -> None:
+def process_tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user and system) spent so far by a process and its living descendants (the
+    server and its graph process), read from ``/proc``; None where there is none (not Linux)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    parent: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        parent[int(entry)] = int(fields[1])
+        spent[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    if pid not in spent:
+        return None
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        frontier = [p for p, pp in parent.items() if pp in frontier and p not in tree]
+        tree.update(frontier)
+    return sum(spent[p] for p in tree)
+
+
+def run_load(url: str, clients: list[ClientLog], rate: float, seconds: float,
+             on_start: Callable[[], None] | None = None) -> None:  # fmt: skip
     """Every client at once, ``rate`` calls a second in all, for ``seconds`` (once each has connected
-    and touched its user, untimed); their logs fill in."""
+    and touched its user, untimed: then ``on_start`` is called); their logs fill in."""
     import anyio
 
     async def main() -> None:
-        line = StartLine(len(clients))
+        line = StartLine(len(clients), on_start)
         async with anyio.create_task_group() as tasks:
             for n, log in enumerate(clients):
                 tasks.start_soon(_client, url, log, rate / len(clients), seconds, n, line)
