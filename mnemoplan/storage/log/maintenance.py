@@ -37,8 +37,10 @@ from mnemoplan.storage.log.tables import LogTables
 
 OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
 # Rows a compaction writes per fragment: what one purge rewrites at most per fragment holding a
-# forgotten row (~140 MB at the log's ~8 KB a row). Fewer rows, more fragments for a scan to open.
-FRAGMENT_ROWS = 16_384
+# forgotten row (~35 MB at the log's ~8 KB a row). Forgetting an old memory on the scale store
+# cost 2.1 s of CPU at 16,384 rows, 0.85 s at 4,096, 0.68 s at 2,048 (bench/README.md, "Where
+# a forget's CPU goes"); fewer rows, more fragments for a scan to open (245 at a million rows).
+FRAGMENT_ROWS = 4_096
 _CONFLICT_TRIES = 5
 
 
