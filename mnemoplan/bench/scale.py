@@ -110,7 +110,10 @@ def http_load(args: argparse.Namespace, datasets: list[Dataset], data_dir: Path,
     proc, url = start_server(data_dir, out / "server.log", env)
     # CPU of the timed calls: the server's (with its graph process) and this process's, the clients'
     cpu: dict[str, tuple[float | None, float]] = {}
-    mark = lambda: (process_tree_cpu_s(proc.pid), time.process_time())  # noqa: E731
+
+    def mark() -> tuple[float | None, float]:
+        return process_tree_cpu_s(proc.pid), time.process_time()
+
     try:
         started = time.perf_counter()
         run_load(url, clients, args.load_rate, args.load_seconds, on_start=lambda: cpu.update(start=mark()))

@@ -213,10 +213,10 @@ def process_tree_cpu_s(pid: int) -> float | None:
         spent[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
     if pid not in spent:
         return None
-    tree, frontier = {pid}, [pid]
+    tree, frontier = {pid}, {pid}
     while frontier:
-        frontier = [p for p, pp in parent.items() if pp in frontier and p not in tree]
-        tree.update(frontier)
+        frontier = {p for p, pp in parent.items() if pp in frontier and p not in tree}
+        tree |= frontier
     return sum(spent[p] for p in tree)
 
 
