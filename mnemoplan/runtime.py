@@ -78,10 +78,12 @@ def configure_gil() -> None:
 
     A thread back from native work (a product in ONNX Runtime, a read in Lance, a search in
     Tantivy) waits for the GIL until the thread holding it has run its interval. The token match
-    returns from ONNX Runtime once per 8k tokens: beside one busy Python thread, a user of 120k
-    tokens took 123 ms instead of 13 (15 waits of up to 5 ms each), 37 ms at 1 ms; a server's
-    other calls are such threads (bench/README.md, "Handing the GIL over sooner"). Sequential
-    recall costs the same either way."""
+    returns from ONNX Runtime and numpy twice per 8k tokens: beside one busy Python thread, a
+    user of 120k tokens took 123 ms instead of 13 (~30 waits of up to 5 ms each), 37 ms at 1 ms;
+    a server's other calls are such threads (bench/README.md, "Handing the GIL over sooner").
+    Sequential recall costs the same either way. Set for the whole process, by every entry point
+    that calls ``configure`` (the command, the bench, ``create_app``): a host that builds the app
+    in its own process gets it too."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 

@@ -125,7 +125,8 @@ def http_load(args: argparse.Namespace, datasets: list[Dataset], data_dir: Path,
 
 
 def cpu_per_call(cpu: dict[str, tuple[float | None, float]], calls: int) -> dict[str, float | None]:
-    """The server's and the clients' CPU milliseconds per timed call (None where not measured)."""
+    """The server's and the clients' CPU milliseconds per timed call: all they spent in the timed
+    window (the server's upkeep included) over the calls (None where not measured)."""
     if "start" not in cpu or "end" not in cpu or not calls:
         return {"server_cpu_ms_per_call": None, "client_cpu_ms_per_call": None}
     (s0, c0), (s1, c1) = cpu["start"], cpu["end"]
@@ -191,8 +192,10 @@ def write_report(out: Path, m: dict[str, Any]) -> str:
                   f"{load['calls_per_s']}/s): errors {load['errors']}, acknowledged writes {load['acknowledged_writes']} "
                   f"(lost {load['lost_writes']}), forgotten {load['forgotten']} (still stored "
                   f"{load['forgotten_still_stored']}, returned by a later recall {load['forgotten_returned']}); "
-                  f"another client's notes returned {load.get('foreign_returned', 0)}. CPU per timed call: server "
-                  f"{load.get('server_cpu_ms_per_call')} ms, clients {load.get('client_cpu_ms_per_call')} ms.", "",
+                  f"another client's notes returned {load.get('foreign_returned', 0)}. CPU per timed call (its "
+                  f"share of all the server did meanwhile, upkeep included): server "
+                  f"{load.get('server_cpu_ms_per_call') or 'not measured'} ms, clients "
+                  f"{load.get('client_cpu_ms_per_call') or 'not measured'} ms.", "",
                   "| tool | n | p50 ms | p95 ms | p99 ms |", "|---|---:|---:|---:|---:|"]  # fmt: skip
         lines += [f"| {t} | {v['n']} | {v['p50']} | {v['p95']} | {v['p99']} |" for t, v in lt.items() if v]
     text = "\n".join(lines) + "\n"

@@ -195,8 +195,9 @@ class StartLine:
 
 
 def process_tree_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user and system) spent so far by a process and its living descendants (the
-    server and its graph process), read from ``/proc``; None where there is none (not Linux)."""
+    """CPU seconds (user and system) spent so far by a process and its descendants (the server
+    and its graph process), read from ``/proc``; None where there is none (not Linux). A child
+    that ended counts through its parent, once reaped (``cutime``, ``cstime``)."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     parent: dict[int, int] = {}
     spent: dict[int, float] = {}
@@ -210,7 +211,7 @@ def process_tree_cpu_s(pid: int) -> float | None:
         except OSError:  # ended meanwhile
             continue
         parent[int(entry)] = int(fields[1])
-        spent[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+        spent[int(entry)] = sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
     if pid not in spent:
         return None
     tree, frontier = {pid}, {pid}
