@@ -49,3 +49,17 @@ def test_bench_scale_builds_measures_loads_then_reuses_the_store(tmp_path: Path)
     assert second["build"]["reused"] and second["build"]["stored"] == 0 and second["build_s"] == 0.0
     assert second["messages"] >= first["messages"] and second["http"] is None  # plus the notes the measures wrote
     assert data_dir.exists()  # --keep-data
+
+
+def test_bench_scale_measures_a_store_of_a_few_users_of_one_size(tmp_path: Path) -> None:
+    """With no big user and fewer users than it times cold, one user is still left for the
+    process's own first recall."""
+    if not (LOCOMO.exists() and REALMEM.exists()):
+        pytest.skip("the shared datasets are missing")
+    code = main(["bench-scale", "--dataset", str(LOCOMO), "--dataset", str(REALMEM), "--users", "2",
+                 "--per-user", "20", "--big-user", "0", "--queries", "2", "--embedding-model", "hash",
+                 "--clients", "0", "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "data")])  # fmt: skip
+    assert code == 0
+    report = json.loads((tmp_path / "out" / "scale.json").read_text())
+    assert report["users"] == 2 and set(report["by_user_size"]) == {"20"}
+    assert report["cold_users"] == 1

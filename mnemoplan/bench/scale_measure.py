@@ -67,10 +67,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         by_size: dict[int, list[UserPlan]] = {}
         for plan in plans:
             by_size.setdefault(plan.size, []).append(plan)
-        smallest = min(by_size)
-        cold_users = rng.sample(by_size[smallest], min(COLD_USERS, len(by_size[smallest])))
-        # the process's own first recall (model warm-up, shared structures): not a user's cost
-        warm_up = next(p for p in plans if p not in cold_users)
+        # the process's own first recall (model warm-up, shared structures): not a user's cost;
+        # made on the largest user, so the smallest ones stay untouched for the cold recalls
+        warm_up = plans[-1]
+        smallest = [p for p in by_size[min(by_size)] if p is not warm_up]
+        cold_users = rng.sample(smallest, min(COLD_USERS, len(smallest)))
         timed_recall(service, warm_up.user_id, questions(warm_up)[0])
         cold = [timed_recall(service, p.user_id, rng.choice(questions(p))) for p in cold_users]
         sizes: dict[str, Any] = {}
