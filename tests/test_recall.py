@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -257,6 +258,28 @@ def test_what_counts_as_standing_alone_is_the_same_in_memory_and_in_records() ->
     expected = [False, False, True, False, False, False, False, True, True, False, True, False]
     assert [stands_alone(k or "", t or "") for k, t in rows] == expected
     assert _alone(pa.table({"kind": [k for k, _ in rows], "text": [t for _, t in rows]})).tolist() == expected
+
+
+def test_words_are_counted_from_the_bytes_as_the_pattern_counts_them() -> None:
+    import random
+
+    import pyarrow as pa
+
+    from mnemoplan.model.records import WORD_PATTERN
+    from mnemoplan.storage.log.schema import word_counts
+
+    rng = random.Random(3)
+    pieces = ["w", "word", " ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\u00a0", "\u3000", "猫", "é",
+              "x\u2028y", "\x00"]  # fmt: skip
+    texts = ["", " ", "a", " a ", "\t\n"]
+    texts += ["".join(rng.choices(pieces, k=rng.randint(0, 40))) for _ in range(300)]
+    counted = [len(re.findall(WORD_PATTERN, t)) for t in texts]
+    array = pa.array(texts)
+    assert word_counts(array).tolist() == counted
+    assert word_counts(pa.array(texts, pa.large_string())).tolist() == counted
+    assert word_counts(array.slice(7, 50)).tolist() == counted[7:57]  # offsets that do not start at 0
+    assert word_counts(pa.chunked_array([array.slice(0, 100), array.slice(100)])).tolist() == counted
+    assert word_counts(pa.array(["", ""])).tolist() == [0, 0]
 
 
 def test_a_long_reply_is_found_by_its_own_words_not_by_the_turn_before_it(service: MemoryService) -> None:

@@ -179,8 +179,11 @@ class LanceLog:
         data = read_again_if_dropped(  # the query made anew each time: it reads the newest version
             lambda: self.tables.read(table, sql(where), DOC_COLUMNS).sort_by("seq")
         )
-        return [DocRecord(**{k: v if v is not None else "" for k, v in row.items()}, alone=bool(lone))
-                for row, lone in zip(data.to_pylist(), alone(data), strict=True)]  # fmt: skip
+        # Column by column (a dict per row took longer than the read), strings with no value "";
+        # ``DOC_COLUMNS`` are DocRecord's fields in order, ``alone`` the last.
+        columns = [(data.column(c) if c == "seq" else pc.fill_null(data.column(c), "")).to_pylist()
+                   for c in DOC_COLUMNS]  # fmt: skip
+        return [DocRecord(*row) for row in zip(*columns, alone(data).tolist(), strict=True)]
 
     def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
         """Records of one user by id; unknown ids are absent from the result."""
