@@ -398,3 +398,41 @@ def test_reads_go_before_a_waiting_write_but_never_keep_it_out() -> None:
         stop.set()
         for thread in readers:
             thread.join()
+
+
+def test_a_large_fresh_write_copies_its_edges_and_holds_what_one_edge_at_a_time_holds(tmp_path: Path) -> None:
+    """Edges of a large fresh write go in by Kùzu's COPY (``COPY_MIN_EDGES``): the same graph as a
+    write of a few records at a time, an edge to a record the graph lacks skipped by both."""
+    from mnemoplan.storage.graph.kuzu_child import COPY_MIN_EDGES
+
+    n = COPY_MIN_EDGES + 50
+    user = "k" * 32
+
+    def rec(i: int) -> GraphRecord:
+        return GraphRecord(id=f"r{i:031d}", user=user, kind="message", seq=i, ts=i, session=f"{i % 3}" * 32,
+                           prev_id=f"r{i - 1:031d}" if i else "m" * 32,  # the first follows a record never written
+                           derived_from=(f"r{i - 2:031d}",) if i >= 2 else (),
+                           mentions=(GraphMention(f"{i % 7}" * 32, "person", role="subject"),))  # fmt: skip
+
+    counts = {
+        "next": "MATCH (:Record)-[x:NEXT]->(:Record) RETURN count(x)",
+        "derived": "MATCH (:Record)-[x:DERIVED_FROM]->(:Record) RETURN count(x)",
+        "in_session": "MATCH (:Record)-[x:IN_SESSION]->(:Session) RETURN count(x)",
+        "mentions": "MATCH (:Record)-[x:MENTIONS]->(:Entity) WHERE x.role = 'subject' RETURN count(x)",
+        "entities": "MATCH (e:Entity) RETURN count(e)",
+        "first_next": "MATCH (a:Record)-[:NEXT]->(b:Record {id: 'r" + "0" * 30 + "1'}) RETURN count(a)",
+    }
+    found = []
+    for chunk in (n, 10):  # copied at once; written a few records at a time, one statement per edge
+        path = tmp_path / f"graph{chunk}.kuzu"
+        index = GraphIndex(path)
+        try:
+            records = [rec(i) for i in range(n)]
+            for start in range(0, n, chunk):
+                index.add(records[start:start + chunk], fresh=True)
+            assert index.ids(user) == {r.id for r in records}
+        finally:
+            index.close()
+        found.append(count_in(path, **counts))
+    assert found[0] == found[1] == {"next": n - 1, "derived": n - 2, "in_session": n, "mentions": n,
+                                    "entities": 7, "first_next": 1}  # fmt: skip
