@@ -14,7 +14,6 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ log = logging.getLogger(__name__)
 PREPARED_HELD = 128  # distinct statement texts kept prepared (the code has a few dozen)
 CO_MENTION_RECORDS = 1_000  # an entity's latest records over which co-mentioned entities are counted
 BY_KEY_MAX = 200  # records a delete (or a look-up) seeks one by one; more take a scan of the graph
-COPY_MIN_EDGES = 256  # new edges of one kind in one write from which they are copied in bulk (``_edges``)
 # Orphans: a session or an entity no record points at any more (``.format``: "" for all, or a key).
 _ORPHAN_SESSIONS = "MATCH (s:Session{}) WHERE NOT EXISTS {{ MATCH (:Record)-[:IN_SESSION]->(s) }} DELETE s"
 _ORPHAN_ENTITIES = "MATCH (e:Entity{}) WHERE NOT EXISTS {{ MATCH (:Record)-[:MENTIONS]->(e) }} DETACH DELETE e"
@@ -136,25 +134,6 @@ class KuzuGraph:
         for row in rows:
             self._execute(query, row)
 
-    def _edges(self, query: str, table: str, rows: list[dict[str, Any]], *, fresh: bool, batched: bool) -> None:
-        """Write edges of ``table``: ``query`` writes one from its ``$a``, ``$b`` (and properties),
-        as ``_each`` runs it. Edges new to the graph (``add``'s ``fresh``), ``COPY_MIN_EDGES`` or
-        more, are copied in one statement instead (the ends' keys, then the properties): Kùzu's
-        COPY from an Arrow table made 2,000 edges in 39 ms on a graph of 5k records and ~80 ms on
-        one of 200k, where one unwound statement took 598 ms and a statement each ~1.5 s. It costs
-        ~65 ms however few, so it serves rebuilds and large imports, not a remember's few edges.
-        An edge whose end is missing is skipped (``IGNORE_ERRORS``), as ``query``'s MATCH skips it.
-        """
-        if not fresh or len(rows) < COPY_MIN_EDGES:
-            self._each(query, rows, batched=batched)
-            return
-        import pyarrow as pa  # only here: the child imports it for large batches alone
-
-        edges = pa.table({key: [row[key] for row in rows] for key in rows[0]})  # noqa: F841 (read by name)
-        # Named, not a parameter: a prepared COPY takes no table, and each execute(text, parameters)
-        # keeps memory in Kùzu 0.11 (``_execute``); Kùzu finds ``edges`` in this frame.
-        self._conn.execute(f"COPY {table} FROM edges (IGNORE_ERRORS=true)")
-
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """One transaction for several statements (one commit instead of one per statement)."""
@@ -205,13 +184,12 @@ class KuzuGraph:
                     "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
                     {"rows": distinct},
                 )
-            edges = partial(self._edges, fresh=fresh, batched=batched)
-            edges(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)", "IN_SESSION",
-                  [{"a": row["id"], "b": row["s"]} for row in sessions])  # fmt: skip
-            edges(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)", "NEXT",
-                  [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id])  # fmt: skip
-            edges(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:DERIVED_FROM]->(b)", "DERIVED_FROM",
-                  [{"a": r.id, "b": src} for r in records for src in r.derived_from])  # fmt: skip
+            self._each(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
+                       [{"a": row["id"], "b": row["s"]} for row in sessions], batched=batched)  # fmt: skip
+            self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",
+                       [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id], batched=batched)  # fmt: skip
+            self._each(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:DERIVED_FROM]->(b)",
+                       [{"a": r.id, "b": src} for r in records for src in r.derived_from], batched=batched)  # fmt: skip
             entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
             if entities:
                 self._run(
@@ -222,8 +200,8 @@ class KuzuGraph:
                 # The mention and relation edges too: unwound, each row scanned the node tables
                 # (100 mentions took 3.1 s on a graph of 150k records, 0.04 s one by one).
                 mentions = [{"a": r.id, "b": m.entity, "role": m.role} for r in records for m in r.mentions]
-                edges(f"MATCH (r:Record {{id: $a}}), (e:Entity {{id: $b}}) {put} (r)-[m:MENTIONS]->(e) "
-                      "SET m.role = $role", "MENTIONS", mentions)  # fmt: skip
+                self._each(f"MATCH (r:Record {{id: $a}}), (e:Entity {{id: $b}}) {put} (r)-[m:MENTIONS]->(e) "
+                           "SET m.role = $role", mentions, batched=batched)  # fmt: skip
             relations = [
                 {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
                 for r in records
