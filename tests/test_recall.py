@@ -282,6 +282,15 @@ def test_words_are_counted_from_the_bytes_as_the_pattern_counts_them() -> None:
     assert word_counts(pa.array(["", ""])).tolist() == [0, 0]
 
 
+def test_the_bm25_records_are_read_in_their_fields_order() -> None:
+    from dataclasses import fields
+
+    from mnemoplan.model.records import DocRecord
+    from mnemoplan.storage.log.schema import DOC_COLUMNS
+
+    assert [f.name for f in fields(DocRecord)] == [*DOC_COLUMNS, "alone"]  # built positionally from them
+
+
 def test_a_long_reply_is_found_by_its_own_words_not_by_the_turn_before_it(service: MemoryService) -> None:
     # An assistant's long reply used to take the words, the vector and the score of the short
     # user turn before it, and crowd the user's own turns out of the results.

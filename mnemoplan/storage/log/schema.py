@@ -186,9 +186,9 @@ def alone(data: pa.Table) -> np.ndarray:
 def word_counts(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """How many ``WORD_PATTERN`` words each string holds (no nulls), from its UTF-8 bytes: a word
     begins at each byte that is not ASCII whitespace and follows one that is, or begins a string."""
-    array = strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings
-    if not pa.types.is_large_string(array.type):
-        array = array.cast(pa.large_string())  # one layout to read: int64 offsets, then the bytes
+    # One layout to read: int64 offsets, then the bytes (each chunk widened before they are joined).
+    chunks = strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]
+    array = pa.chunked_array([c.cast(pa.large_string()) for c in chunks], pa.large_string()).combine_chunks()
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
     first, last = int(offsets[0]), int(offsets[-1])
     if last == first:

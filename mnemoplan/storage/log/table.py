@@ -180,7 +180,7 @@ class LanceLog:
             lambda: self.tables.read(table, sql(where), DOC_COLUMNS).sort_by("seq")
         )
         # Column by column (a dict per row took longer than the read), strings with no value "";
-        # ``DOC_COLUMNS`` are DocRecord's fields in order, ``alone`` the last.
+        # ``DOC_COLUMNS`` are DocRecord's fields in order, ``alone`` the last (a test checks it).
         columns = [(data.column(c) if c == "seq" else pc.fill_null(data.column(c), "")).to_pylist()
                    for c in DOC_COLUMNS]  # fmt: skip
         return [DocRecord(*row) for row in zip(*columns, alone(data).tolist(), strict=True)]
