@@ -162,3 +162,19 @@ def test_questions_with_asked_at_are_asked_when_their_turn_comes(tmp_path: Path)
     assert main(["bench", "--dataset", str(data), "--mode", "recall", "--out", str(tmp_path / "one"),
                  "--embedding-model", "hash", "--mcp-sample", "0", "--questions-per-conversation", "1"]) == 0
     assert json.loads((tmp_path / "one" / "metrics.json").read_text())["remember"]["messages"] == 2
+
+
+def test_a_bench_off_a_terminal_logs_its_progress_now_and_then(capsys: pytest.CaptureFixture[str]) -> None:
+    from mnemoplan.bench.progress import Progress
+
+    quiet = Progress("build", 10, unit="msg", every_s=10**6)  # nothing before its interval has passed
+    quiet.advance(3)
+    quiet.close()
+    assert capsys.readouterr().err == ""
+    every = Progress("build", 10, unit="msg", every_s=0)  # pytest's stderr is no terminal
+    every.advance(4)
+    every.advance(6)
+    every.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("build: 4/10 msg, ") and " msg/s, ~" in lines[0]
+    assert lines[0].endswith(" left") and lines[1].startswith("build: 10/10 msg, ") and "left" not in lines[1]
