@@ -58,3 +58,8 @@ class ProgressBar:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def format_interval(seconds: float) -> str:
+    """A duration as the bars show their time left: ``00:04``, ``2:49:00``."""
+    return str(tqdm.format_interval(seconds))

@@ -6,14 +6,14 @@ from __future__ import annotations
 import sys
 import time
 
-from mnemoplan.progress import ProgressBar
+from mnemoplan.progress import ProgressBar, format_interval
 
 LOG_EVERY_S = 60.0  # between two plain lines when stderr is no terminal
 
 
 class Progress:
     """``label  123/456  78.9 msg/s  eta 4s`` on a terminal; off one, ``label: 123/456 msg, 78.9 msg/s,
-    ~4 s left`` on stderr every ``every_s`` seconds (and nothing for work shorter than that).
+    ~00:04 left`` on stderr every ``every_s`` seconds (and nothing for work shorter than that).
 
     Args:
         label: What is counted.
@@ -39,7 +39,9 @@ class Progress:
     def _log(self) -> None:
         self._logged = now = time.monotonic()
         rate = self.done / max(now - self._started, 1e-9)
-        left = f", ~{_duration((self.total - self.done) / rate)} left" if rate > 0 and self.total > self.done else ""
+        left = ""
+        if rate > 0 and self.total > self.done:
+            left = f", ~{format_interval((self.total - self.done) / rate)} left"
         print(f"{self.label}: {self.done}/{self.total} {self.unit}, {rate:.1f} {self.unit}/s{left}",
               file=sys.stderr, flush=True)  # fmt: skip
 
@@ -47,11 +49,3 @@ class Progress:
         """Finish the line."""
         self._bar.close()
 
-
-def _duration(seconds: float) -> str:
-    """``45 s``, ``12 min``, ``2 h 49 min``."""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"

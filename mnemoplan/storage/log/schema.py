@@ -201,4 +201,4 @@ def word_counts(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
     bounds = offsets - first
     heads = bounds[:-1][bounds[:-1] < bounds[1:]]  # the first byte of each string that has one
     begins[heads] = word[heads]
-    return np.diff(np.searchsorted(np.flatnonzero(begins), bounds)).astype(np.int64)
+    return np.diff(np.searchsorted(np.flatnonzero(begins), bounds))
