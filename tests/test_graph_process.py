@@ -398,3 +398,109 @@ def test_reads_go_before_a_waiting_write_but_never_keep_it_out() -> None:
         stop.set()
         for thread in readers:
             thread.join()
+
+
+def test_a_rebuild_copies_its_edges_and_holds_what_one_edge_at_a_time_holds(tmp_path: Path) -> None:
+    """A rebuild's large batches of edges go in by Kùzu's COPY (``COPY_MIN_EDGES``), beside another
+    user's checkpointed edges: the same graph as records written a few at a time, an edge to a
+    record the graph lacks skipped by both, the other user's edges all kept."""
+    n = graph.COPY_MIN_EDGES + 50
+    user, other = "k" * 32, "o" * 32
+
+    def rec(i: int, who: str = user) -> GraphRecord:
+        return GraphRecord(id=f"{who[0]}{i:031d}", user=who, kind="message", seq=i, ts=i,
+                           session=f"{who[0]}{i % 3}" * 16,
+                           prev_id=f"{who[0]}{i - 1:031d}" if i else "m" * 32,  # follows a record never written
+                           derived_from=(f"{who[0]}{i - 2:031d}",) if i >= 2 else (),
+                           mentions=(GraphMention(f"{who[0]}{i % 7}" * 16, "person", role="subject"),))  # fmt: skip
+
+    counts = {
+        "next": "MATCH (:Record)-[x:NEXT]->(:Record) RETURN count(x)",
+        "derived": "MATCH (:Record)-[x:DERIVED_FROM]->(:Record) RETURN count(x)",
+        "in_session": "MATCH (:Record)-[x:IN_SESSION]->(:Session) RETURN count(x)",
+        "mentions": "MATCH (:Record)-[x:MENTIONS]->(:Entity) WHERE x.role = 'subject' RETURN count(x)",
+        "entities": "MATCH (e:Entity) RETURN count(e)",
+        "first_next": "MATCH (a:Record)-[:NEXT]->(b:Record {id: 'k" + "0" * 30 + "1'}) RETURN count(a)",
+        "other_next": "MATCH (a:Record {user: '" + other + "'})-[x:NEXT]->(:Record) RETURN count(x)",
+    }
+    found = []
+    for bulk in (True, False):
+        path = tmp_path / f"graph{bulk}.kuzu"
+        index = GraphIndex(path)
+        try:
+            index.add([rec(i, other) for i in range(20)], fresh=True)
+            index.checkpoint()
+            records = [rec(i) for i in range(n)]
+            if bulk:  # one batch: every kind of edge copied
+                assert index.rebuild(user, records, batch=n) == n
+            else:
+                for start in range(0, n, 10):
+                    index.add(records[start:start + 10], fresh=True)
+            assert index.ids(user) == {r.id for r in records}
+        finally:
+            index.close()
+        found.append(count_in(path, **counts))
+    assert found[0] == found[1] == {"next": n - 1 + 19, "derived": n - 2 + 18, "in_session": n + 20,
+                                    "mentions": n + 20, "entities": 14, "first_next": 1, "other_next": 19}  # fmt: skip
+    typed = "MATCH (e:Entity) WHERE e.etype = 'person' RETURN count(e)"
+    assert count_in(tmp_path / "graphTrue.kuzu", typed=typed) == {"typed": 14}  # every entity keeps its type
+
+
+_COPIES = """
+import sys
+from pathlib import Path
+from mnemoplan.storage.graph import kuzu_child
+from mnemoplan.storage.graph.client import GraphRecord
+from mnemoplan.storage.graph.kuzu_child import KuzuGraph
+
+def records(prefix, n, user, linked=True):
+    return [GraphRecord(id=f"{prefix}{i:031d}", user=user, kind="message", seq=i, ts=i,
+                        prev_id=f"{prefix}{i - 1:031d}" if i and linked else "") for i in range(n)]
+
+kuzu_child.COPIES_PER_OPEN = 2
+graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=64, unwind_max_records=1000)
+for part in "ab":  # the second COPY opens the database again
+    db = graph._db
+    graph.add(records(part, kuzu_child.COPY_MIN_EDGES + 1, "k" * 32), fresh=True, bulk=True)
+print(graph._db is db, graph._copies, flush=True)
+if sys.argv[2] == "fail":  # then a COPY fails: more than a buffer pool of 8 MB holds
+    graph.close()
+    graph = KuzuGraph(Path(sys.argv[1]), buffer_pool_mb=8, unwind_max_records=1000)
+    many = records("c", 20_000, "o" * 32, linked=False)  # nodes only: no edge of their own
+    for start in range(0, len(many), 2_000):
+        graph.add(many[start:start + 2_000], fresh=True)
+        graph.checkpoint()
+    graph._copy("NEXT", [{"a": a.id, "b": b.id} for a, b in zip(many, many[1:])])
+    print("copied", flush=True)
+graph.close()
+"""
+
+
+def run_copies(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", _COPIES, str(path), *args], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_the_graph_opens_its_database_again_after_many_copies(tmp_path: Path) -> None:
+    """Each COPY keeps memory until the database closes (``COPIES_PER_OPEN``)."""
+    done = run_copies(tmp_path / "graph.kuzu", "ok")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "0"]  # another database object, its count begun again
+    n = 2 * (graph.COPY_MIN_EDGES + 1)
+    assert count_in(tmp_path / "graph.kuzu", next="MATCH ()-[x:NEXT]->() RETURN count(x)",
+                    records="MATCH (r:Record) RETURN count(r)") == {"next": n - 2, "records": n}  # fmt: skip
+
+
+def test_a_copy_that_fails_ends_the_graph_process_and_every_committed_edge_stays(tmp_path: Path) -> None:
+    """Kùzu 0.11.3 empties the whole table when a COPY into it fails half way (its buffer pool
+    full); the process ends at once instead (``EXIT_COPY_FAILED``), before that memory can be
+    checkpointed, and the database opened again holds every edge that committed."""
+    path = tmp_path / "graph.kuzu"
+    done = run_copies(path, "fail")
+    assert "copied" not in done.stdout
+    assert done.returncode == graph.EXIT_COPY_FAILED, done.stderr
+    n = 2 * (graph.COPY_MIN_EDGES + 1)
+    assert count_in(path, next="MATCH ()-[x:NEXT]->() RETURN count(x)",
+                    records="MATCH (r:Record) RETURN count(r)") == {"next": n - 2, "records": n + 20_000}  # fmt: skip

@@ -920,11 +920,13 @@ def test_a_graph_that_refuses_the_start_up_repair_is_rebuilt_from_the_log(
 
     add, refused = GraphIndex.add, []
 
-    def refuse_once(self: GraphIndex, records: list[GraphRecord], *, fresh: bool = False) -> None:
+    def refuse_once(
+        self: GraphIndex, records: list[GraphRecord], *, fresh: bool = False, bulk: bool = False
+    ) -> None:
         if not refused:  # as Kùzu did after a replay that left its edges inconsistent
             refused.append(len(records))
             raise GraphError("RuntimeError: Runtime exception: Node(nodeOffset: 0) has connected edges")
-        add(self, records, fresh=fresh)
+        add(self, records, fresh=fresh, bulk=bulk)
 
     monkeypatch.setattr(GraphIndex, "add", refuse_once)
     assert_reopened_overlays_hold_the_log(data, "u")  # the graph refuses, starts afresh, is rebuilt: both records

@@ -40,6 +40,8 @@ from typing import Any, BinaryIO
 log = logging.getLogger(__name__)
 
 UNWIND_MAX_RECORDS = 20_000  # see kuzu_graph.KuzuGraph._each
+COPY_MIN_EDGES = 256  # edges of one kind in one rebuild write from which they are copied (KuzuGraph._copy)
+EXIT_COPY_FAILED = 75  # the child's exit code when a copy failed (KuzuGraph._copy)
 CLOSE_WAIT_S = 60.0  # for the child to close its database (a checkpoint) and exit
 
 
@@ -315,15 +317,16 @@ class GraphIndex:
                 # A read is asked again of a new child; a write may have committed before the
                 # child died, so its caller decides (the overlay writer repairs from the log).
                 if name not in _READS or attempt == 2:
-                    raise GraphError(f"the graph process died during {name} (code {proc.returncode})")
+                    why = "; a bulk copy failed, see its log" if proc.returncode == EXIT_COPY_FAILED else ""
+                    raise GraphError(f"the graph process died during {name} (code {proc.returncode}{why})")
         return _result(reply)
 
     # -- writes ------------------------------------------------------------------------
 
-    def add(self, records: list[GraphRecord], *, fresh: bool = False) -> None:
+    def add(self, records: list[GraphRecord], *, fresh: bool = False, bulk: bool = False) -> None:
         """Insert records with their edges; re-adding a record is harmless (see ``KuzuGraph.add``)."""
         if records:
-            self._call("add", records, fresh=fresh)
+            self._call("add", records, fresh=fresh, bulk=bulk)
 
     def close_relation(self, fact_id: str, valid_to: int | None) -> None:
         """Mark the edges a superseded fact created as no longer valid (None: valid again)."""
@@ -342,8 +345,12 @@ class GraphIndex:
 
         The user's nodes are gone before the first is written, so each is created without
         the look-ups MERGE needs (``fresh``): on a graph of 500k records, MERGE per edge made
-        rebuilding it an hour's work. ``dropped``: the graph holds nothing of the user (a graph
-        just recreated), so the drop, a checkpoint and scans of the node tables, is skipped."""
+        rebuilding it an hour's work; large batches of edges are copied in bulk (``bulk``, see
+        ``KuzuGraph._copy``). Each batch commits on its own, so a rebuild that fails (a copy that
+        failed ends the graph's process: ``GraphError``) leaves the user part-written until it is
+        done again: a replica rebuilds the user at the next call, a journaled rebuild of every
+        user at the next start. ``dropped``: the graph holds nothing of the user (a graph just
+        recreated), so the drop, a checkpoint and scans of the node tables, is skipped."""
         if not dropped:
             self.drop_user(user)
         count = 0
@@ -351,10 +358,10 @@ class GraphIndex:
         for rec in records:
             chunk.append(rec)
             if len(chunk) >= batch:
-                self.add(chunk, fresh=True)
+                self.add(chunk, fresh=True, bulk=True)
                 count += len(chunk)
                 chunk = []
-        self.add(chunk, fresh=True)
+        self.add(chunk, fresh=True, bulk=True)
         return count + len(chunk)
 
     def checkpoint(self) -> None:
