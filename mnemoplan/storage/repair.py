@@ -100,7 +100,7 @@ class Repairer:
                 self._rebuilder.rebuild_bm25(intent.user_id)
         keys = user_keys(self._log, intent.user_id)
         assert keys is not None
-        # A record reaches the graph with all its edges in one transaction: those there are whole,
+        # An append reaches the graph with all its edges in one transaction: those there are whole,
         # the others are new to it (created, not merged: a merge per edge was ten times slower on a
         # large graph, and a start-up after a crash repairs hundreds of appends).
         in_graph = self._graph.ids(keys.user) if present else set()

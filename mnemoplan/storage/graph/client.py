@@ -148,6 +148,10 @@ class GraphUnreadable(GraphError):
     """Kùzu could not open the database file (damaged, say, or written by another version of it)."""
 
 
+class GraphCopyFailed(GraphError):
+    """A rebuild's bulk copy of edges failed, which ended the graph's process (``KuzuGraph._copy``)."""
+
+
 def send(stream: BinaryIO, message: object) -> None:
     """Write one length-prefixed message."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -316,9 +320,10 @@ class GraphIndex:
                                      f"{self._read_timeout_s:g} s and was stopped")  # fmt: skip
                 # A read is asked again of a new child; a write may have committed before the
                 # child died, so its caller decides (the overlay writer repairs from the log).
+                if proc.returncode == EXIT_COPY_FAILED:
+                    raise GraphCopyFailed(f"the graph process ended during {name}: a bulk copy failed")
                 if name not in _READS or attempt == 2:
-                    why = "; a bulk copy failed, see its log" if proc.returncode == EXIT_COPY_FAILED else ""
-                    raise GraphError(f"the graph process died during {name} (code {proc.returncode}{why})")
+                    raise GraphError(f"the graph process died during {name} (code {proc.returncode})")
         return _result(reply)
 
     # -- writes ------------------------------------------------------------------------
@@ -346,23 +351,38 @@ class GraphIndex:
         The user's nodes are gone before the first is written, so each is created without
         the look-ups MERGE needs (``fresh``): on a graph of 500k records, MERGE per edge made
         rebuilding it an hour's work; large batches of edges are copied in bulk (``bulk``, see
-        ``KuzuGraph._copy``). Each batch commits on its own, so a rebuild that fails (a copy that
-        failed ends the graph's process: ``GraphError``) leaves the user part-written until it is
-        done again: a replica rebuilds the user at the next call, a journaled rebuild of every
-        user at the next start. ``dropped``: the graph holds nothing of the user (a graph just
-        recreated), so the drop, a checkpoint and scans of the node tables, is skipped."""
+        ``KuzuGraph._copy``). Should a copy fail (it ends the graph's process), that batch is
+        written again with MERGE and the rest an edge at a time. Each batch commits on its own:
+        a rebuild that fails otherwise leaves the user part-written until it is done again (a
+        replica rebuilds the user at its next call, a journaled rebuild of every user at the next
+        start). ``dropped``: the graph holds nothing of the user (a graph just recreated), so the
+        drop, a checkpoint and scans of the node tables, is skipped."""
         if not dropped:
             self.drop_user(user)
-        count = 0
+        count, bulk = 0, True
         chunk: list[GraphRecord] = []
         for rec in records:
             chunk.append(rec)
             if len(chunk) >= batch:
-                self.add(chunk, fresh=True, bulk=True)
+                bulk = self._add_rebuilt(chunk, bulk)
                 count += len(chunk)
                 chunk = []
-        self.add(chunk, fresh=True, bulk=True)
+        self._add_rebuilt(chunk, bulk)
         return count + len(chunk)
+
+    def _add_rebuilt(self, chunk: list[GraphRecord], bulk: bool) -> bool:
+        """Write one batch of a rebuild; returns whether the next may be copied in bulk."""
+        if not bulk:
+            self.add(chunk, fresh=True)
+            return False
+        try:
+            self.add(chunk, fresh=True, bulk=True)
+            return True
+        except GraphCopyFailed:
+            # Its nodes, and edges of other kinds, may have committed: merged, not created again.
+            log.warning("copying a rebuild's edges into the graph failed; the rest goes an edge at a time")
+            self.add(chunk)
+            return False
 
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the database file."""

@@ -155,7 +155,8 @@ class KuzuGraph:
         pool full, say). Only the process's memory is wrong then: the file and the write-ahead log
         hold just what committed. So a failed COPY ends the process at once, before anything can
         checkpoint that memory; the parent starts a new child, which opens what committed, and
-        the caller's rebuild fails and is done again. Each COPY also keeps ~0.4 MB until the
+        ``GraphIndex.rebuild`` writes that batch again without COPY. A COPY that commits also
+        checkpoints the database (its time is in the figures above). Each keeps ~0.4 MB until the
         database closes, so the database is opened again after ``COPIES_PER_OPEN`` of them.
         """
         import pyarrow as pa  # only here: a child that never rebuilds a large user never loads it
@@ -171,11 +172,16 @@ class KuzuGraph:
         self._copies += 1
 
     def _reopen_after_copies(self) -> None:
-        """Open the database again once COPY statements kept enough memory (see ``_copy``)."""
+        """Open the database again once COPY statements kept enough memory (see ``_copy``); a
+        child that cannot ends (the parent starts another) rather than serve a closed database."""
         if self._copies >= COPIES_PER_OPEN:
             self.checkpoint()
             self.close()
-            self._open()
+            try:
+                self._open()
+            except BaseException:
+                log.critical("the graph database could not be opened again; its process ends", exc_info=True)
+                os._exit(1)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -200,8 +206,10 @@ class KuzuGraph:
         them be created without the look-ups MERGE needs (a first write, or a user's rebuild after
         ``drop_user``); repair passes it only for records missing from the graph. ``bulk`` (with
         ``fresh``: a rebuild, done again as a whole if cut short) lets ``COPY_MIN_EDGES`` or more
-        edges of a kind be copied (``_copy``), each kind in a transaction of its own after the nodes'.
+        edges of a kind be copied (``_copy``), each kind in a transaction of its own after the
+        nodes': a batch cut short may then leave records without some of their edges.
         """
+        assert fresh or not bulk, "only fresh records are written in bulk"
         if not records:
             return
         put = "CREATE" if fresh else "MERGE"
@@ -211,7 +219,7 @@ class KuzuGraph:
             # Counting nodes is cheap beside the writes; it picks how the edges are written.
             batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < self._unwind_max
 
-            def edges(query: str, table: str, rows: list[dict[str, Any]]) -> None:
+            def write_edges(query: str, table: str, rows: list[dict[str, Any]]) -> None:
                 if fresh and bulk and len(rows) >= COPY_MIN_EDGES:
                     copies.append((table, rows))  # once the nodes are committed
                 else:
@@ -237,17 +245,17 @@ class KuzuGraph:
                     "UNWIND $rows AS row MERGE (s:Session {id: row.s}) SET s.user = row.user",
                     {"rows": distinct},
                 )
-            edges(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
-                  "IN_SESSION", [{"a": row["id"], "b": row["s"]} for row in sessions])  # fmt: skip
-            edges(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",
-                  "NEXT", [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id])  # fmt: skip
-            edges(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:DERIVED_FROM]->(b)",
-                  "DERIVED_FROM", [{"a": r.id, "b": src} for r in records for src in r.derived_from])  # fmt: skip
-            entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
-            if entities:
+            write_edges(f"MATCH (r:Record {{id: $a}}), (s:Session {{id: $b}}) {put} (r)-[:IN_SESSION]->(s)",
+                        "IN_SESSION", [{"a": row["id"], "b": row["s"]} for row in sessions])  # fmt: skip
+            write_edges(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:NEXT]->(b)",
+                        "NEXT", [{"a": r.prev_id, "b": r.id} for r in records if r.prev_id])  # fmt: skip
+            write_edges(f"MATCH (a:Record {{id: $a}}), (b:Record {{id: $b}}) {put} (a)-[:DERIVED_FROM]->(b)",
+                        "DERIVED_FROM", [{"a": r.id, "b": src} for r in records for src in r.derived_from])  # fmt: skip
+            if any(r.mentions for r in records):
                 if bulk:
                     self._put_entities(records)
                 else:
+                    entities = {(m.entity, r.user, m.etype) for r in records for m in r.mentions}
                     self._run(
                         "UNWIND $rows AS row MERGE (e:Entity {id: row.id}) SET e.user = row.user, "
                         "e.etype = CASE WHEN row.etype = '' THEN e.etype ELSE row.etype END",
@@ -255,9 +263,9 @@ class KuzuGraph:
                     )
                 # The mention and relation edges too: unwound, each row scanned the node tables
                 # (100 mentions took 3.1 s on a graph of 150k records, 0.04 s one by one).
-                edges(f"MATCH (r:Record {{id: $a}}), (e:Entity {{id: $b}}) {put} (r)-[m:MENTIONS]->(e) "
-                      "SET m.role = $role", "MENTIONS",
-                      [{"a": r.id, "b": m.entity, "role": m.role} for r in records for m in r.mentions])  # fmt: skip
+                write_edges(f"MATCH (r:Record {{id: $a}}), (e:Entity {{id: $b}}) {put} (r)-[m:MENTIONS]->(e) "
+                            "SET m.role = $role", "MENTIONS",
+                            [{"a": r.id, "b": m.entity, "role": m.role} for r in records for m in r.mentions])  # fmt: skip
             relations = [
                 {"a": rel.source, "b": rel.target, "f": rel.fact, "s": rel.strength, "n": rel.negated}
                 for r in records
@@ -272,10 +280,12 @@ class KuzuGraph:
 
     def _put_entities(self, records: list[GraphRecord]) -> None:
         """Write the entities the records mention, each with the last type they give it (an
-        untyped mention keeps the type), as ``add``'s MERGE does: the ones the graph lacks created
-        at once, the others' types set where they change. An unwound MERGE took 0.94 s for the
-        2,400 entities of 2,000 records on a graph of 48k; a look-up by key, 11-37 ms, and a CREATE
-        of them all, 67 ms (a rebuild's entities are mostly new: its user was dropped)."""
+        untyped mention keeps the type): the ones the graph lacks created at once, the others'
+        types set where they change (their user is theirs already: an entity's key is the
+        user's). An unwound MERGE took 0.94 s for the 2,400 entities of 2,000 records on a graph
+        of 48k; a look-up by key, 11-37 ms, and a CREATE of them all, 67 ms (a rebuild's
+        entities are mostly new: its user was dropped). That MERGE also left some typed
+        entities untyped; nothing reads the type yet."""
         latest: dict[str, tuple[str, str]] = {}  # entity -> (user, type)
         for r in records:
             for m in r.mentions:
