@@ -16,6 +16,7 @@ import pytest
 
 from mnemoplan.storage.graph import client as graph
 from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphMention, GraphRecord, GraphRelation
+from mnemoplan.storage.locks import ReadsFirst
 from mnemoplan.model import MessageIn
 from mnemoplan.service.service import MemoryService
 
@@ -371,7 +372,7 @@ def test_a_delete_takes_the_facts_relations_and_what_is_left_pointing_at_nothing
 def test_reads_go_before_a_waiting_write_but_never_keep_it_out() -> None:
     """Recalls' reads go first, but a write (a forget's delete, with the store's write lock
     held) is not kept out by reads that never stop coming."""
-    lock = graph._ReadsFirst(ahead=4)
+    lock = ReadsFirst(ahead=4)
     written, stop = threading.Event(), threading.Event()
     order: list[str] = []
 

@@ -1,4 +1,5 @@
-"""Locks by key (a user id), held only while someone holds or waits for them."""
+"""Locks by key (a user id), held only while someone holds or waits for them; a lock that lets
+reads go first (the graph process's pipe)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,50 @@ class StoreLocks:
     maintenance: threading.Lock = field(default_factory=threading.Lock)
     write: threading.RLock = field(default_factory=threading.RLock)
     closed: bool = False
+
+
+class ReadsFirst:
+    """The graph's pipe's lock (``GraphIndex``): one call at a time, a waiting read going before a waiting write, up to
+    ``ahead`` reads in a row (then the write goes: under steady recalls it would never find
+    the pipe free of readers, and some writers hold wider locks while they wait).
+
+    The child answers one call at a time, and a write (a remember's entities, a forget's
+    delete, a rebuild) can take a hundred milliseconds on a large graph: under many clients at
+    once, recalls queued behind them for seconds.
+    """
+
+    def __init__(self, ahead: int = 4) -> None:
+        self._turn = threading.Condition()
+        self._busy = False
+        self._reads_waiting = self._writes_waiting = 0
+        self._ahead, self._passed = ahead, 0  # reads gone first while a write waited
+
+    def _may_go(self, read: bool) -> bool:
+        if self._busy:
+            return False
+        if read:
+            return not self._writes_waiting or self._passed < self._ahead
+        return not self._reads_waiting or self._passed >= self._ahead
+
+    @contextmanager
+    def hold(self, read: bool = False) -> Iterator[None]:
+        with self._turn:
+            if read:
+                self._reads_waiting += 1
+            else:
+                self._writes_waiting += 1
+            try:
+                self._turn.wait_for(lambda: self._may_go(read))
+            finally:
+                if read:
+                    self._reads_waiting -= 1
+                else:
+                    self._writes_waiting -= 1
+            self._busy = True
+            self._passed = self._passed + 1 if read and self._writes_waiting else 0
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._busy = False
+                self._turn.notify_all()

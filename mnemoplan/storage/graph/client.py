@@ -29,13 +29,13 @@ import select
 import struct
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from mnemoplan.storage.locks import ReadsFirst
 
 log = logging.getLogger(__name__)
 
@@ -91,53 +91,6 @@ _READS = frozenset({
     "ids", "entity_records", "related_entities", "neighbours", "session_records", "derived_from",
 })  # fmt: skip
 _FRAME = struct.Struct("!Q")
-
-
-class _ReadsFirst:
-    """The pipe's lock: one call at a time, a waiting read going before a waiting write, up to
-    ``ahead`` reads in a row (then the write goes: under steady recalls it would never find
-    the pipe free of readers, and some writers hold wider locks while they wait).
-
-    The child answers one call at a time, and a write (a remember's entities, a forget's
-    delete, a rebuild) can take a hundred milliseconds on a large graph: under many clients at
-    once, recalls queued behind them for seconds.
-    """
-
-    def __init__(self, ahead: int = 4) -> None:
-        self._turn = threading.Condition()
-        self._busy = False
-        self._reads_waiting = self._writes_waiting = 0
-        self._ahead, self._passed = ahead, 0  # reads gone first while a write waited
-
-    def _may_go(self, read: bool) -> bool:
-        if self._busy:
-            return False
-        if read:
-            return not self._writes_waiting or self._passed < self._ahead
-        return not self._reads_waiting or self._passed >= self._ahead
-
-    @contextmanager
-    def hold(self, read: bool = False) -> Iterator[None]:
-        with self._turn:
-            if read:
-                self._reads_waiting += 1
-            else:
-                self._writes_waiting += 1
-            try:
-                self._turn.wait_for(lambda: self._may_go(read))
-            finally:
-                if read:
-                    self._reads_waiting -= 1
-                else:
-                    self._writes_waiting -= 1
-            self._busy = True
-            self._passed = self._passed + 1 if read and self._writes_waiting else 0
-        try:
-            yield
-        finally:
-            with self._turn:
-                self._busy = False
-                self._turn.notify_all()
 
 
 class GraphError(RuntimeError):
@@ -234,7 +187,7 @@ class GraphIndex:
         self._argv = [str(path), str(buffer_pool_mb), str(unwind), *(["ro"] if read_only else [])]
         self._open_wait_s = open_wait_s
         self._read_timeout_s = read_timeout_s
-        self._lock = _ReadsFirst()
+        self._lock = ReadsFirst()
         self._closed = False
         self._proc: subprocess.Popen[bytes] | None = None
         with self._lock.hold():
