@@ -298,14 +298,16 @@ class GraphIndex:
         """Delete everything of one user."""
         return self._call("drop_user", user)
 
-    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 2_000, *, dropped: bool = False) -> int:
+    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 10_000, *, dropped: bool = False) -> int:
         """Replace one user's graph with exactly ``records`` (in log order, each once).
 
         The user's nodes are gone before the first is written, so each is created without
         the look-ups MERGE needs (``fresh``): on a graph of 500k records, MERGE per edge made
         rebuilding it an hour's work; large batches of edges are copied in bulk (``bulk``, see
         ``KuzuGraph._copy``). Should a copy fail (it ends the graph's process), that batch is
-        written again with MERGE and the rest an edge at a time. Each batch commits on its own:
+        written again with MERGE and the rest an edge at a time. Each batch commits on its own
+        (its nodes, then each kind of copied edges: batches of 10,000 records took a 100k user's
+        first touch on moto from 64.0 s to 42.8 s against 2,000):
         a rebuild that fails otherwise leaves the user part-written until it is done again (a
         replica rebuilds the user at its next call, a journaled rebuild of every user at the next
         start). ``dropped``: the graph holds nothing of the user (a graph just recreated), so the
