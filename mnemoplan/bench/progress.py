@@ -48,4 +48,3 @@ class Progress:
     def close(self) -> None:
         """Finish the line."""
         self._bar.close()
-

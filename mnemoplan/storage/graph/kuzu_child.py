@@ -219,7 +219,7 @@ class KuzuGraph(GraphReads):
             batched = self._run("MATCH (r:Record) RETURN count(r)")[0][0] < self._unwind_max
 
             def write_edges(query: str, table: str, rows: list[dict[str, Any]]) -> None:
-                if fresh and bulk and len(rows) >= COPY_MIN_EDGES:
+                if bulk and len(rows) >= COPY_MIN_EDGES:  # bulk is fresh (asserted above)
                     copies.append((table, rows))  # once the nodes are committed
                 else:
                     self._each(query, rows, batched=batched)
@@ -274,8 +274,7 @@ class KuzuGraph(GraphReads):
                        "SET x.strength = $s, x.negated = $n", relations, batched=batched)  # fmt: skip
         for table, edge_rows in copies:
             self._copy(table, edge_rows)
-        if copies:
-            self._reopen_after_copies()
+        self._reopen_after_copies()
 
     def _put_entities(self, records: list[GraphRecord]) -> None:
         """Write the entities the records mention, each with the last type they give it (an
