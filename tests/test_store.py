@@ -1149,6 +1149,38 @@ def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
     assert_reopened_overlays_hold_the_log(data, "u", "v")
 
 
+def test_a_reindex_of_one_user_cut_short_is_done_again_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemoplan.storage.rebuild import Rebuilder
+
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "the lighthouse keeper's log"), ("Ben", "was it foggy"))
+    say(svc, "v", "t", ("Kim", "my bike has a flat tyre"))
+    real_graph = GraphIndex.rebuild
+
+    def cut_short(self: GraphIndex, user: str, records: Any, *args: Any, **kwargs: Any) -> int:
+        real_graph(self, user, list(records)[:1], *args, **kwargs)  # the user's old entries dropped, one written
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GraphIndex, "rebuild", cut_short)
+        with pytest.raises(RuntimeError):
+            svc.store.rebuild("u")
+    svc.close()
+    rebuilds: list[str | None] = []
+    real = Rebuilder.rebuild
+
+    def counted(self: Rebuilder, user_id: str | None = None, progress: Any = None) -> dict[str, int]:
+        rebuilds.append(user_id)
+        return real(self, user_id, progress)
+
+    monkeypatch.setattr(Rebuilder, "rebuild", counted)
+    assert_reopened_overlays_hold_the_log(data, "u", "v")
+    assert rebuilds == ["u"]
+
+
 def damage(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[::7] = b"\xab" * len(data[::7])

@@ -22,7 +22,7 @@ from typing import Literal
 class Intent:
     """One pending write."""
 
-    op: Literal["add", "delete", "drop_user", "purge", "rebuild_graph"]
+    op: Literal["add", "delete", "drop_user", "purge", "rebuild_graph", "rebuild_user"]
     user_id: str
     ids: list[str] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)

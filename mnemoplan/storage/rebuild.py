@@ -28,7 +28,7 @@ class Rebuilder:
         log: The log.
         bm25: The BM25 overlay.
         graph: The graph overlay.
-        journal: Where a whole rebuild keeps its intent until done.
+        journal: Where a rebuild keeps its intent until done.
         overlays: The overlays' writer (a rebuild waits for every pending write).
         locks: The store's locks.
         bookkeeping: The write path's state (dropped by a rebuild).
@@ -70,21 +70,24 @@ class Rebuilder:
 
         Rebuilding all users writes the graph into a new file, so nothing stays in the pages
         of the old one (such as what Kùzu leaked into it while it ran in this process). A
-        journal intent covers it: a rebuild cut short is done again at the next start, since
-        until it ends the graph lacks users (and ``forget`` finds derived records through it).
+        journal intent covers a rebuild, of all users or of one: one cut short is done again at
+        the next start, since until it ends the graph lacks users or part of one (and ``forget``
+        finds derived records through it).
         """
         out: dict[str, int] = {}
         self._overlays.flush(None)
         with self._locks.write:
-            intent = self._journal.begin(Intent(op="rebuild_graph", user_id="")) if user_id is None else None
-            if intent is not None:
+            everyone = user_id is None
+            op = "rebuild_graph" if everyone else "rebuild_user"
+            intent = self._journal.begin(Intent(op=op, user_id=user_id or ""))
+            if everyone:
                 self._graph.recreate()
             for uid in [user_id] if user_id else self._log.user_ids():
                 records = self.user_records(uid)
                 keys = user_keys(self._log, uid)
                 assert keys is not None
                 self.rebuild_bm25(uid, records)
-                self._graph.rebuild(keys.user, (graph_record(r, keys) for r in records), dropped=intent is not None)
+                self._graph.rebuild(keys.user, (graph_record(r, keys) for r in records), dropped=everyone)
                 self._relean(uid, records)
                 self._bookkeeping.catalogs.invalidate(uid)
                 out[uid] = len(records)
@@ -92,8 +95,7 @@ class Rebuilder:
                     progress(uid, len(records))
             self._graph.checkpoint()
             self._bookkeeping.clear()
-            if intent is not None:
-                self._journal.done(intent)
+            self._journal.done(intent)
         return out
 
     def refresh(self, user_id: str) -> int:

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 class Repairer:
     """Replays interrupted intents: an append reconciled with the log, a delete run again, a purge
-    finished, a whole rebuild done again.
+    finished, a rebuild (of every user, or of one) done again.
 
     Args:
         log: The log.
@@ -44,7 +44,8 @@ class Repairer:
     def repair(self) -> int:
         """Replay writes a crash interrupted; returns how many intents were repaired."""
         pending = self._journal.pending()
-        rebuilt = False
+        rebuilt, rebuilt_users = False, set()
+        everyone = any(intent.op == "rebuild_graph" for intent in pending)  # answers a rebuild of one user too
         for intent in pending:
             log.warning("repairing an interrupted %s (%d record(s))", intent.op, len(intent.ids))
             if intent.op == "drop_user":  # outside the write lock: a purge takes the maintenance lock first
@@ -66,6 +67,12 @@ class Repairer:
                 if not rebuilt:
                     self._rebuilder.rebuild(progress=self._rebuild_progress())  # under an intent of its own
                     rebuilt = True
+                self._journal.done(intent)
+            elif intent.op == "rebuild_user":
+                user = intent.user_id
+                if not everyone and user not in rebuilt_users and user_keys(self._log, user, create=False):
+                    self._rebuilder.rebuild(user)  # under an intent of its own (a user dropped since has no keys)
+                    rebuilt_users.add(user)
                 self._journal.done(intent)
         self._deleter.purge_pending()
         return len(pending)
