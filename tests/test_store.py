@@ -189,6 +189,34 @@ def test_a_forget_takes_its_records_out_of_the_held_ledger_and_catalog_as_a_fres
     assert catalog.entities["kari"].mentions == 2
 
 
+def test_a_users_overlays_are_rebuilt_from_columns_as_from_records(service: MemoryService) -> None:
+    """A rebuild reads a user's rows column by column (``overlay_rows``): the same graph entries
+    and BM25 documents as from a ``Record`` of each, facts' edges, sessions and sources included."""
+    from dataclasses import astuple
+
+    from mnemoplan.storage.documents import bm25_doc, graph_record, graph_records
+    from mnemoplan.storage.log.schema import doc_records
+
+    say(service, "u", "s", ("Ann", "I live in Oslo and my sister Kari works at Equinor"),
+        ("Ben", "Kari sounds busy"), ("Ann", "I don't like Kari's dog Rex"), ("Ann", "I moved to Bergen last week"))
+    say(service, "u", "", ("Ann", "a note without a session"))
+    service.remember(content="Kari's birthday is on 3 May", user_id="u", session_id="t")
+    store = service.store
+    store.wait_for_writes("u")
+    records, keys = store.user_records("u"), store.keys("u")
+    data = store.log.overlay_rows("u")
+    nodes = list(graph_records(data, keys))
+    assert nodes == [graph_record(r, keys) for r in records]
+    assert any(n.relations for n in nodes) and any(n.derived_from for n in nodes) and any(not n.session for n in nodes)
+    by_id = {r.id: r for r in records}
+    docs = doc_records(data)
+    assert [astuple(d)[:-1] for d in docs] == [(r.id, r.user_id, r.kind, r.session_id, r.project_id, r.speaker, r.text,
+                                               r.prev_id, r.seq) for r in records]  # fmt: skip
+    assert [d.alone for d in docs] == [r.alone for r in records]
+    held = {d.id: d for d in docs}
+    assert [bm25_doc(d, held.get(d.prev_id)) for d in docs] == [bm25_doc(r, by_id.get(r.prev_id)) for r in records]
+
+
 def test_a_catalog_read_while_a_forget_deletes_is_not_uncounted_again(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

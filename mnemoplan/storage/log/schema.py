@@ -111,6 +111,18 @@ def table_schema(dim: int) -> pa.Schema:
 
 
 DOC_COLUMNS = [f.name for f in fields(DocRecord) if f.name != "alone"]
+# What a user's BM25 documents and graph entries are rebuilt from (``storage.documents.graph_records``).
+OVERLAY_COLUMNS = [*DOC_COLUMNS, "occurred_at", "derived_from", "metadata", "entities"]
+
+
+def doc_records(data: pa.Table) -> list[DocRecord]:
+    """The ``DocRecord`` of each row of a table of the log (``DOC_COLUMNS`` at least), column by
+    column (a dict per row took longer than the read), strings with no value ""; ``alone``
+    computed by pyarrow, as when a user is loaded into memory."""
+    # ``DOC_COLUMNS`` are DocRecord's fields in order, ``alone`` the last (a test checks it).
+    columns = [(data.column(c) if c == "seq" else pc.fill_null(data.column(c), "")).to_pylist()
+               for c in DOC_COLUMNS]  # fmt: skip
+    return [DocRecord(*row) for row in zip(*columns, alone(data).tolist(), strict=True)]
 
 
 def row_to_record(row: dict[str, Any]) -> Record:

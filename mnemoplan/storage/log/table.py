@@ -26,7 +26,9 @@ from mnemoplan.storage.log.filters import HAS_TOKENS, LACKS_TOKENS, Where, of_us
 from mnemoplan.storage.log.keys import UserKeys
 from mnemoplan.storage.log.maintenance import FRAGMENT_ROWS, Maintenance
 from mnemoplan.storage.log.record_cache import RecordCache
-from mnemoplan.storage.log.schema import DOC_COLUMNS, META_COLUMNS, alone, row_to_record, table_schema
+from mnemoplan.storage.log.schema import (
+    DOC_COLUMNS, META_COLUMNS, OVERLAY_COLUMNS, doc_records, row_to_record, table_schema,
+)  # fmt: skip
 from mnemoplan.storage.log.tables import LogTables
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
@@ -173,17 +175,20 @@ class LanceLog:
     def doc_records(self, where: Where) -> list[DocRecord]:
         """What the BM25 documents of the records matching a filter read, in write order (with
         ``alone`` computed by pyarrow, as when a user is loaded into memory)."""
+        return doc_records(self._read_sorted(where, DOC_COLUMNS))
+
+    def overlay_rows(self, user_id: str) -> pa.Table:
+        """What rebuilding a user's BM25 index and graph entries reads of their records
+        (``OVERLAY_COLUMNS``), in write order: ``doc_records`` and ``graph_records`` of it."""
+        return self._read_sorted(RecordFilter(user_id), OVERLAY_COLUMNS)
+
+    def _read_sorted(self, where: Where, columns: list[str]) -> pa.Table:
         table = self.tables.records
         if table is None:
-            return []
-        data = read_again_if_dropped(  # the query made anew each time: it reads the newest version
-            lambda: self.tables.read(table, sql(where), DOC_COLUMNS).sort_by("seq")
+            return table_schema(1).empty_table().select(columns)
+        return read_again_if_dropped(  # the query made anew each time: it reads the newest version
+            lambda: self.tables.read(table, sql(where), columns).sort_by("seq")
         )
-        # Column by column (a dict per row took longer than the read), strings with no value "";
-        # ``DOC_COLUMNS`` are DocRecord's fields in order, ``alone`` the last (a test checks it).
-        columns = [(data.column(c) if c == "seq" else pc.fill_null(data.column(c), "")).to_pylist()
-                   for c in DOC_COLUMNS]  # fmt: skip
-        return [DocRecord(*row) for row in zip(*columns, alone(data).tolist(), strict=True)]
 
     def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
         """Records of one user by id; unknown ids are absent from the result."""
