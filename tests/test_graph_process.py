@@ -10,11 +10,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import pytest
 
 from mnemoplan.storage.graph import client as graph
+from mnemoplan.storage.graph.bulk import tables_of
 from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphMention, GraphRecord, GraphRelation
 from mnemoplan.storage.locks import ReadsFirst
 from mnemoplan.model import MessageIn
@@ -44,6 +46,8 @@ def test_nothing_sent_to_the_graph_process_holds_a_word_of_content(
     service.store.wait_for_writes("u")
     assert service.recall("Where does Quentin live?", user_id="u").items
     assert service.deep_search("Quentin Porthleven marmalade", user_id="u").items
+    service.store.rebuild("u")  # the user's graph sent in columns (``bulk.GraphTables``)
+    assert any(b"add_tables" in message for message in sent)
     service.forget(ids=[ids[0]], user_id="u")
     service.forget(scope="session", session_id="Porthleven trip", user_id="u")
     service.forget(scope="user", user_id="u")
@@ -408,7 +412,7 @@ def test_a_rebuild_copies_its_edges_and_holds_what_one_edge_at_a_time_holds(
     user's checkpointed edges: the same graph as records written a few at a time, edges across
     batches and to a record the graph lacks (skipped) alike, the other user's edges all kept. A
     batch whose copy failed (its nodes and edges may have committed) is merged, the rest written
-    an edge at a time, to the same graph."""
+    an edge at a time, to the same graph; and so with each batch sent in columns (``bulk``)."""
     batch = graph.COPY_MIN_EDGES + 10
     n = 3 * batch
     user, other = "k" * 32, "o" * 32
@@ -440,8 +444,30 @@ def test_a_rebuild_copies_its_edges_and_holds_what_one_edge_at_a_time_holds(
             raise graph.GraphCopyFailed("the graph process ended during add: a bulk copy failed")
         real_add(self, records, fresh=fresh, bulk=bulk)
 
+    real_call, table_calls = GraphIndex._call, {"columns": 0, "columns, fallback": 0}
+
+    def counted(how: str) -> Any:
+        def call(self: GraphIndex, name: str, *args: Any, **kwargs: Any) -> Any:
+            result = real_call(self, name, *args, **kwargs)
+            if name == "add_tables":
+                table_calls[how] += 1
+                if how == "columns, fallback" and table_calls[how] == 2:  # the second batch: written, its copy "failed"
+                    raise graph.GraphCopyFailed("the graph process ended during add_tables: a bulk copy failed")
+            return result
+
+        return call
+
+    class Columns:  # a source in columns (``bulk.RebuildSource``), as the store's rows are
+        def __init__(self, records: list[GraphRecord]) -> None:
+            self.held = records
+
+        def batches(self, size: int) -> Any:
+            for start in range(0, len(self.held), size):
+                part = self.held[start:start + size]
+                yield SimpleNamespace(size=len(part), tables=lambda p=part: tables_of(p), records=lambda p=part: p)
+
     found = {}
-    for how in ("bulk", "fallback", "few at a time"):
+    for how in ("bulk", "fallback", "few at a time", "columns", "columns, fallback"):
         path = tmp_path / f"{how}.kuzu"
         index = GraphIndex(path)
         try:
@@ -455,17 +481,22 @@ def test_a_rebuild_copies_its_edges_and_holds_what_one_edge_at_a_time_holds(
                 with monkeypatch.context() as patch:
                     if how == "fallback":
                         patch.setattr(GraphIndex, "add", copy_fails_once)
-                    assert index.rebuild(user, records, batch=batch) == n
+                    if how.startswith("columns"):
+                        patch.setattr(GraphIndex, "_call", counted(how))
+                    source = Columns(records) if how.startswith("columns") else records
+                    assert index.rebuild(user, source, batch=batch) == n
             assert index.ids(user) == {r.id for r in records}
         finally:
             index.close()
         found[how] = count_in(path, **counts)
     assert bulk_calls == [True, True]  # the third batch went an edge at a time
-    assert found["bulk"] == found["fallback"] == found["few at a time"] == {
+    assert table_calls == {"columns": 3, "columns, fallback": 2}  # the third batch went an edge at a time
+    assert found["bulk"] == found["fallback"] == found["few at a time"] == found["columns"] == found["columns, fallback"] == {
         "next": n - 1 + 19, "derived": n - 2 + 18, "in_session": n + 20, "mentions": n + 20, "entities": 14,
         "first_next": 1, "other_next": 19}  # fmt: skip
     typed = {t: f"MATCH (e:Entity) WHERE e.etype = '{t}' RETURN count(e)" for t in ("person", "place")}
     assert count_in(tmp_path / "bulk.kuzu", **typed) == {"person": 7, "place": 7}
+    assert count_in(tmp_path / "columns.kuzu", **typed) == {"person": 7, "place": 7}
 
 
 _COPIES = """

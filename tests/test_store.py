@@ -194,7 +194,8 @@ def test_a_users_overlays_are_rebuilt_from_columns_as_from_records(service: Memo
     and BM25 documents as from a ``Record`` of each, facts' edges, sessions and sources included."""
     from dataclasses import astuple
 
-    from mnemoplan.storage.documents import bm25_doc, graph_record, graph_records
+    from mnemoplan.storage.documents import bm25_doc, graph_record, graph_records, graph_tables
+    from mnemoplan.storage.graph.bulk import tables_of
     from mnemoplan.storage.log.schema import doc_records
 
     say(service, "u", "s", ("Ann", "I live in Oslo and my sister Kari works at Equinor"),
@@ -208,6 +209,10 @@ def test_a_users_overlays_are_rebuilt_from_columns_as_from_records(service: Memo
     nodes = list(graph_records(data, keys))
     assert nodes == [graph_record(r, keys) for r in records]
     assert any(n.relations for n in nodes) and any(n.derived_from for n in nodes) and any(not n.session for n in nodes)
+    for part in (data, data.slice(2, 5)):  # and in columns, as a rebuild sends them to the graph
+        columns, one_by_one = graph_tables(part, keys), tables_of(list(graph_records(part, keys)))
+        assert [columns.records, columns.sessions, columns.entities, columns.edges, columns.relations] == [
+            one_by_one.records, one_by_one.sessions, one_by_one.entities, one_by_one.edges, one_by_one.relations]
     by_id = {r.id: r for r in records}
     docs = doc_records(data)
     assert [astuple(d)[:-1] for d in docs] == [(r.id, r.user_id, r.kind, r.session_id, r.project_id, r.speaker, r.text,
@@ -1180,6 +1185,7 @@ def test_a_full_reindex_cut_short_is_done_again_at_the_next_start(
 def test_a_reindex_of_one_user_cut_short_is_done_again_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from mnemoplan.storage.graph.bulk import batches
     from mnemoplan.storage.rebuild import Rebuilder
 
     data = tmp_path / "data"
@@ -1189,7 +1195,8 @@ def test_a_reindex_of_one_user_cut_short_is_done_again_at_the_next_start(
     real_graph = GraphIndex.rebuild
 
     def cut_short(self: GraphIndex, user: str, records: Any, *args: Any, **kwargs: Any) -> int:
-        real_graph(self, user, list(records)[:1], *args, **kwargs)  # the user's old entries dropped, one written
+        first = next(batches(records, 1)).records()
+        real_graph(self, user, first, *args, **kwargs)  # the user's old entries dropped, one written
         raise RuntimeError("killed")
 
     with monkeypatch.context() as patch:

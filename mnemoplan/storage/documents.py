@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, Protocol
@@ -25,9 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mnemoplan.storage.bm25 import BM25Doc
+from mnemoplan.storage.graph.bulk import GraphTables, RebuildBatch
+from mnemoplan.storage.graph.bulk import schemas as bulk_schemas
 from mnemoplan.storage.graph.client import GraphMention, GraphRecord, GraphRelation
 from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.records import spoken
+from mnemoplan.storage.log.schema import OVERLAY_COLUMNS
 
 
 def in_context(rec: Record | DocRecord) -> bool:
@@ -115,7 +119,100 @@ def graph_record(rec: Record, keys: KeyHasher) -> GraphRecord:
                        lambda: rec.metadata, keys, keys.user)  # fmt: skip
 
 
-def graph_records(data: pa.Table, keys: KeyHasher) -> Iterator[GraphRecord]:
+class GraphRows:
+    """A user's rows of the log (``OVERLAY_COLUMNS``, in write order) as what a rebuild of their
+    graph reads (``bulk.RebuildSource``): each batch in columns, or a ``GraphRecord`` a row."""
+
+    def __init__(self, data: pa.Table, keys: KeyHasher) -> None:
+        self._data, self._keys = data, _Hashed(keys)
+
+    def batches(self, size: int) -> Iterator[RebuildBatch]:
+        for start in range(0, self._data.num_rows, size):
+            yield _RowsBatch(self._data.slice(start, size), self._keys)
+
+
+class _Hashed:
+    """A user's ``KeyHasher``, each name hashed once (a user's names recur)."""
+
+    def __init__(self, keys: KeyHasher) -> None:
+        self.keys, self.user, self._held = keys, keys.user, dict[tuple[str, str], str]()
+
+    def __call__(self, namespace: str, value: str) -> str:
+        found = self._held.get((namespace, value))
+        if found is None:
+            found = self._held[namespace, value] = self.keys(namespace, value)
+        return found
+
+
+@dataclass(frozen=True)
+class _RowsBatch:
+    data: pa.Table
+    keys: _Hashed
+
+    @property
+    def size(self) -> int:
+        return self.data.num_rows
+
+    def tables(self) -> GraphTables:
+        return graph_tables(self.data, self.keys)
+
+    def records(self) -> list[GraphRecord]:
+        return list(graph_records(self.data, self.keys))
+
+
+def graph_tables(data: pa.Table, keys: KeyHasher | _Hashed) -> GraphTables:
+    """``bulk.tables_of`` the ``graph_record`` of each row, built from the columns (a fact's
+    relations from its rows alone)."""
+    keys = keys if isinstance(keys, _Hashed) else _Hashed(keys)
+    data = data.select(OVERLAY_COLUMNS).combine_chunks()  # parent indices are a chunk's own
+    n, user, schemas = data.num_rows, keys.user, bulk_schemas()
+    ids = data.column("id")
+    micros = pc.fill_null(data.column("occurred_at").cast(pa.int64()), 0).to_numpy()
+    users = pa.array([user] * n, pa.string())
+    records = pa.table([ids, users, data.column("kind"), pc.fill_null(data.column("seq"), 0).cast(pa.int64()),
+                        pa.array((micros / 1e6).astype(np.int64))], schema=schemas["records"])  # fmt: skip
+
+    def hashed(namespace: str, values: pa.Array | pa.ChunkedArray) -> pa.Array:
+        distinct = pc.unique(values)
+        names = pa.array([keys(namespace, v) for v in distinct.to_pylist()], pa.string())
+        return pc.take(names, pc.index_in(values, value_set=distinct))
+
+    session_ids = pc.fill_null(data.column("session_id"), "")
+    in_session = pc.not_equal(session_ids, "")
+    sessions = hashed("session", pc.filter(session_ids, in_session))
+    distinct_sessions = pc.unique(sessions)
+    prev = pc.fill_null(data.column("prev_id"), "")
+    follows = pc.not_equal(prev, "")
+    derived = data.column("derived_from")
+    mentions = pc.list_flatten(data.column("entities"))
+    mentioning = ids.take(pc.list_parent_indices(data.column("entities")))
+    entity_keys = hashed("entity", pc.struct_field(mentions, "key"))
+    etypes = pc.fill_null(pc.struct_field(mentions, "type"), "").to_pylist()
+    roles = pc.fill_null(pc.struct_field(mentions, "role"), "mention")
+    entities: dict[str, str] = {}  # the last type a mention gives, else the one before
+    for entity, etype in zip(entity_keys.to_pylist(), etypes, strict=True):
+        entities[entity] = etype or entities.get(entity, "")
+    edges = {
+        "IN_SESSION": pa.table([pc.filter(ids, in_session), sessions], schema=schemas["edges"]),
+        "NEXT": pa.table([pc.filter(prev, follows), pc.filter(ids, follows)], schema=schemas["edges"]),
+        "DERIVED_FROM": pa.table([ids.take(pc.list_parent_indices(derived)), pc.list_flatten(derived)],
+                                 schema=schemas["edges"]),  # fmt: skip
+        "MENTIONS": pa.table([mentioning, entity_keys, roles], schema=schemas["MENTIONS"]),
+    }
+    relating = pc.list_parent_indices(data.column("entities")).filter(pc.equal(roles, "subject")).to_pylist()
+    facts = data.take(pa.array(sorted(set(relating)), pa.int64()))  # the rows with a subject: those with an object too relate them
+    return GraphTables(
+        records=records,
+        sessions=pa.table([distinct_sessions, pa.array([user] * len(distinct_sessions), pa.string())],
+                          schema=schemas["sessions"]),  # fmt: skip
+        entities=pa.table([pa.array(list(entities), pa.string()), pa.array([user] * len(entities), pa.string()),
+                           pa.array(list(entities.values()), pa.string())], schema=schemas["entities"]),  # fmt: skip
+        edges=edges,
+        relations=tuple(rel for node in graph_records(facts, keys) for rel in node.relations),
+    )
+
+
+def graph_records(data: pa.Table, keys: KeyHasher | _Hashed) -> Iterator[GraphRecord]:
     """``graph_record`` of each row of a table of the log (``OVERLAY_COLUMNS`` at least), read
     column by column: a replica's first touch of a user of 100k records spent more time building
     a ``Record`` for each (~70 us) than reading them from object storage."""
@@ -125,15 +222,8 @@ def graph_records(data: pa.Table, keys: KeyHasher) -> Iterator[GraphRecord]:
     columns = [data.column(c).to_pylist() for c in names]
     entities = data.column("entities").to_pylist()
     metadata = data.column("metadata").to_pylist()
-    hashed: dict[tuple[str, str], str] = {}  # a user's names recur: each hashed once (~2 us each)
-
-    def key(namespace: str, value: str) -> str:
-        found = hashed.get((namespace, value))
-        if found is None:
-            found = hashed[namespace, value] = keys(namespace, value)
-        return found
-
-    user = keys.user
+    key = keys if isinstance(keys, _Hashed) else _Hashed(keys)
+    user = key.user
     for i, (rid, kind, seq, session, prev, derived) in enumerate(zip(*columns, strict=True)):
         named = [(m["key"], m["type"], m["role"]) for m in entities[i] or ()]
         meta = lambda i=i: json.loads(metadata[i] or "{}")  # noqa: E731

@@ -10,7 +10,7 @@ from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.storage.bookkeeping import WriteBookkeeping
-from mnemoplan.storage.documents import KeyHasher, bm25_doc, context_vector, graph_records, leans_on, user_keys
+from mnemoplan.storage.documents import GraphRows, KeyHasher, bm25_doc, context_vector, leans_on, user_keys
 from mnemoplan.storage.graph.client import GraphIndex
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
@@ -89,7 +89,7 @@ class Rebuilder:
                 keys = user_keys(self._log, uid)
                 assert keys is not None
                 self.rebuild_bm25(uid, records)
-                self._graph.rebuild(keys.user, graph_records(data, keys), dropped=everyone)
+                self._graph.rebuild(keys.user, GraphRows(data, keys), dropped=everyone)
                 self._relean(uid, records)
                 self._bookkeeping.catalogs.invalidate(uid)
                 out[uid] = len(records)
@@ -116,7 +116,7 @@ class Rebuilder:
                 self._graph.drop_user(KeyHasher(salt).user)
             keys = user_keys(self._log, user_id, create=False)
             if keys is not None and data.num_rows:
-                self._graph.rebuild(keys.user, graph_records(data, keys))
+                self._graph.rebuild(keys.user, GraphRows(data, keys))
         return data.num_rows
 
     def _relean(self, user_id: str, records: list[DocRecord], batch: int = 500) -> int:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from mnemoplan.storage.graph.bulk import RebuildBatch, RebuildSource, batches
 from mnemoplan.storage.locks import ReadsFirst
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class GraphRecord:
 # -- the pipe between this process and the graph's ---------------------------------------
 
 REMOTE = frozenset({
-    "add", "close_relation", "delete", "drop_user", "checkpoint", "close",
+    "add", "add_tables", "close_relation", "delete", "drop_user", "checkpoint", "close",
     "ids", "entity_records", "related_entities", "neighbours", "session_records", "derived_from",
 })  # fmt: skip
 _READS = frozenset({
@@ -298,45 +299,47 @@ class GraphIndex:
         """Delete everything of one user."""
         return self._call("drop_user", user)
 
-    def rebuild(self, user: str, records: Iterable[GraphRecord], batch: int = 10_000, *, dropped: bool = False) -> int:
-        """Replace one user's graph with exactly ``records`` (in log order, each once).
+    def rebuild(self, user: str, records: Iterable[GraphRecord] | RebuildSource, batch: int = 50_000, *,
+                dropped: bool = False) -> int:  # fmt: skip
+        """Replace one user's graph with exactly ``records`` (in log order, each once), given one
+        by one or in columns (``bulk.RebuildSource``: sent as Arrow tables, see ``bulk``).
 
         The user's nodes are gone before the first is written, so each is created without
         the look-ups MERGE needs (``fresh``): on a graph of 500k records, MERGE per edge made
         rebuilding it an hour's work; large batches of edges are copied in bulk (``bulk``, see
         ``KuzuGraph._copy``). Should a copy fail (it ends the graph's process), that batch is
         written again with MERGE and the rest an edge at a time. Each batch commits on its own
-        (its nodes, then each kind of copied edges: batches of 10,000 records took a 100k user's
-        first touch on moto from 64.0 s to 42.8 s against 2,000):
+        (its nodes, then each kind of copied edges). A 100k user's graph from columns took 7.9 s
+        in batches of 10,000 records, 3.2-4.2 s in batches of 50,000 (the graph's process at
+        ~260 MB either way; a batch of records one by one held 850 MB at 50,000):
         a rebuild that fails otherwise leaves the user part-written until it is done again (a
-        replica rebuilds the user at its next call, a journaled rebuild of every user at the next
-        start). ``dropped``: the graph holds nothing of the user (a graph just recreated), so the
+        replica rebuilds the user at its next call, a journaled rebuild at the next start).
+        ``dropped``: the graph holds nothing of the user (a graph just recreated), so the
         drop, a checkpoint and scans of the node tables, is skipped."""
         if not dropped:
             self.drop_user(user)
         count, bulk = 0, True
-        chunk: list[GraphRecord] = []
-        for rec in records:
-            chunk.append(rec)
-            if len(chunk) >= batch:
-                bulk = self._add_rebuilt(chunk, bulk)
-                count += len(chunk)
-                chunk = []
-        self._add_rebuilt(chunk, bulk)
-        return count + len(chunk)
+        for part in batches(records, batch):
+            bulk = self._add_rebuilt(part, bulk)
+            count += part.size
+        return count
 
-    def _add_rebuilt(self, chunk: list[GraphRecord], bulk: bool) -> bool:
+    def _add_rebuilt(self, part: RebuildBatch, bulk: bool) -> bool:
         """Write one batch of a rebuild; returns whether the next may be copied in bulk."""
         if not bulk:
-            self.add(chunk, fresh=True)
+            self.add(part.records(), fresh=True)
             return False
         try:
-            self.add(chunk, fresh=True, bulk=True)
+            tables = part.tables()
+            if tables is None:
+                self.add(part.records(), fresh=True, bulk=True)
+            elif tables.records.num_rows:
+                self._call("add_tables", tables)
             return True
         except GraphCopyFailed:
             # Its nodes, and edges of other kinds, may have committed: merged, not created again.
             log.warning("copying a rebuild's edges into the graph failed; the rest goes an edge at a time")
-            self.add(chunk)
+            self.add(part.records())
             return False
 
     def checkpoint(self) -> None:
