@@ -222,6 +222,23 @@ def test_a_users_overlays_are_rebuilt_from_columns_as_from_records(service: Memo
     assert [bm25_doc(d, held.get(d.prev_id)) for d in docs] == [bm25_doc(r, by_id.get(r.prev_id)) for r in records]
 
 
+def test_a_refreshed_user_holds_the_entity_catalog_the_log_gives(service: MemoryService) -> None:
+    """A refresh (another server wrote) counts the user's catalog from the rows it read."""
+    from mnemoplan.storage.catalog import EntityCatalog
+
+    say(service, "u", "s", ("Ann", "I live in Oslo and my sister Kari works at Equinor"), ("Ben", "Kari sounds busy"))
+    store = service.store
+    store.wait_for_writes("u")
+    before = store.bookkeeping.catalogs.get("u")
+    store.rebuilder.refresh("u")
+    held = store.bookkeeping.catalogs.peek("u")
+    assert held is not None and held is not before
+    fresh = EntityCatalog.from_counts(*store.log.mention_counts("u"))
+    assert {k: (i.surfaces, i.types, i.mentions, i.spoke) for k, i in held.entities.items()} == {
+        k: (i.surfaces, i.types, i.mentions, i.spoke) for k, i in fresh.entities.items()} and "kari" in held.entities
+    assert held.upto == fresh.upto
+
+
 def test_a_catalog_read_while_a_forget_deletes_is_not_uncounted_again(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -177,6 +177,18 @@ class CatalogCache:
                         return catalog
             return catalog  # still changing: this read serves the call, the next use reads again
 
+    def changes(self, user_id: str) -> int:
+        """A count of the user's writes and invalidations, for ``offer``."""
+        with self._state:
+            return self._changes[user_id]
+
+    def offer(self, user_id: str, catalog: EntityCatalog, seen: int) -> None:
+        """Hold a catalog counted from the user's rows read elsewhere (a rebuild's), unless the
+        user's records changed since ``changes`` gave ``seen``, before they were read."""
+        with self._state:
+            if self._changes[user_id] == seen:
+                self._catalogs[user_id] = catalog
+
     def add(self, user_id: str, mentions: list[EntityMention], seq: int) -> None:
         """Update a loaded catalog with a new record's mentions (unloaded ones load later), unless
         the catalog was read from the log after the record reached it."""

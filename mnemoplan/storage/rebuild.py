@@ -14,7 +14,8 @@ from mnemoplan.storage.documents import GraphRows, KeyHasher, bm25_doc, context_
 from mnemoplan.storage.graph.client import GraphIndex
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
-from mnemoplan.storage.log.schema import doc_records
+from mnemoplan.storage.catalog import EntityCatalog
+from mnemoplan.storage.log.schema import doc_records, mention_counts
 from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.storage.overlays import OverlayWriter
 
@@ -110,7 +111,11 @@ class Rebuilder:
             salt = self._log.user_keys.cached(user_id)
             self._log.forget_cached(user_id)
             self._bookkeeping.forget_user(user_id)
+            seen = self._bookkeeping.catalogs.changes(user_id)
             data = self._log.overlay_rows(user_id)  # no ``Record`` built: ~70 us each, 7 s at 100k
+            # The user's next call reads their entity catalog: counted from these rows, not read again
+            # (0.85 s of a 100k user's first recall on moto).
+            self._bookkeeping.catalogs.offer(user_id, EntityCatalog.from_counts(*mention_counts(data)), seen)
             self.rebuild_bm25(user_id, doc_records(data))
             if salt is not None:  # the entries the graph holds were keyed with it
                 self._graph.drop_user(KeyHasher(salt).user)

@@ -27,7 +27,7 @@ from mnemoplan.storage.log.keys import UserKeys
 from mnemoplan.storage.log.maintenance import FRAGMENT_ROWS, Maintenance
 from mnemoplan.storage.log.record_cache import RecordCache
 from mnemoplan.storage.log.schema import (
-    DOC_COLUMNS, META_COLUMNS, OVERLAY_COLUMNS, doc_records, row_to_record, table_schema,
+    DOC_COLUMNS, META_COLUMNS, OVERLAY_COLUMNS, doc_records, mention_counts, row_to_record, table_schema,
 )  # fmt: skip
 from mnemoplan.storage.log.tables import LogTables
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
@@ -138,22 +138,8 @@ class LanceLog:
         Counted in Arrow: turning a large user's mentions into Python objects one by one was
         most of the first recall's time.
         """
-        table = self.tables.records
-        if table is None:
-            return [], 0
         # write order, whatever a purge's rewrite did to the file order
-        data = self.tables.read(table, of_user(user_id), ["seq", "entities"]).sort_by("seq")
-        upto = int(data.column("seq")[-1].as_py()) if data.num_rows else 0
-        flat = pc.list_flatten(data.column("entities"))
-        if len(flat) == 0:
-            return [], upto
-        flat = pa.concat_arrays(flat.chunks) if isinstance(flat, pa.ChunkedArray) else flat
-        names = ["key", "name", "type", "role"]
-        mentions = pa.table({**{f: pc.struct_field(flat, f) for f in names}, "at": np.arange(len(flat))})
-        counted = mentions.group_by(names, use_threads=False).aggregate([("at", "min"), ("at", "count")])
-        counted = counted.sort_by("at_min")
-        columns = [counted.column(f).to_pylist() for f in names] + [counted.column("at_count").to_pylist()]
-        return [(k or "", n or "", t or "", r or "", c) for k, n, t, r, c in zip(*columns, strict=True)], upto
+        return mention_counts(self._read_sorted(of_user(user_id), ["seq", "entities"]))
 
     def records(self, where: Where, limit: int | None = None) -> list[Record]:
         """Records matching a filter."""
