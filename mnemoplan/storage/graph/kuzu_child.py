@@ -166,8 +166,8 @@ class KuzuGraph(GraphReads):
             self._execute(query, row)
 
     def _copy(self, table: str, rows: list[dict[str, Any]] | Any) -> None:
-        """Create edges of ``table`` from rows (or an Arrow table) of their ends' keys (``a``, ``b``) and properties, with
-        Kùzu's COPY from an Arrow table, in a transaction of its own: 2,000 edges took 39 ms on a
+        """Create edges of ``table`` from rows (or an Arrow table) of their ends' keys (``a``, ``b``)
+        and properties, with Kùzu's COPY from an Arrow table, in a transaction of its own: 2,000 edges took 39 ms on a
         graph of 5k records and ~80 ms on one of 200k, where a statement per edge took ~1.5 s. An
         edge whose end is missing is skipped (``IGNORE_ERRORS``), as a MATCH skips it.
 
@@ -182,7 +182,10 @@ class KuzuGraph(GraphReads):
         """
         import pyarrow as pa  # only here: a child that never rebuilds a large user never loads it
 
-        edges = rows if isinstance(rows, pa.Table) else pa.table({key: [row[key] for row in rows] for key in rows[0]})  # noqa: F841
+        if isinstance(rows, pa.Table):
+            edges = rows  # noqa: F841 (read by name)
+        else:
+            edges = pa.table({key: [row[key] for row in rows] for key in rows[0]})  # noqa: F841
         try:
             # Named, not a parameter (a prepared COPY takes no table): Kùzu finds ``edges`` in this frame.
             self._conn.execute(f"COPY {table} FROM edges (IGNORE_ERRORS=true)")
@@ -316,8 +319,8 @@ class KuzuGraph(GraphReads):
                                     tables.entities))  # fmt: skip
             self._load("LOAD FROM rows CREATE (:Entity {id: id, user: user, etype: etype})",
                        _without(tables.entities, typed))  # fmt: skip
-            named = zip(tables.entities.column("id").to_pylist(), tables.entities.column("etype").to_pylist(), strict=True)
-            retyped = [{"id": e, "etype": t} for e, t in named if e in typed and t and t != typed[e]]
+            entities = tables.entities.select(["id", "etype"]).to_pylist()
+            retyped = [e for e in entities if e["id"] in typed and e["etype"] and e["etype"] != typed[e["id"]]]
             if retyped:
                 self._run("UNWIND $rows AS row MATCH (e:Entity {id: row.id}) SET e.etype = row.etype",
                           {"rows": retyped})  # fmt: skip
