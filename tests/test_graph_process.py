@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from mnemoplan.storage.graph import client as graph
-from mnemoplan.storage.graph.bulk import tables_of
+from tests.graph_columns import tables_of
 from mnemoplan.storage.graph.client import GraphError, GraphIndex, GraphMention, GraphRecord, GraphRelation
 from mnemoplan.storage.locks import ReadsFirst
 from mnemoplan.model import MessageIn

@@ -194,8 +194,8 @@ def test_a_users_overlays_are_rebuilt_from_columns_as_from_records(service: Memo
     and BM25 documents as from a ``Record`` of each, facts' edges, sessions and sources included."""
     from dataclasses import astuple
 
-    from mnemoplan.storage.documents import bm25_doc, graph_record, graph_records, graph_tables
-    from mnemoplan.storage.graph.bulk import tables_of
+    from mnemoplan.storage.documents import GraphRows, bm25_doc, graph_record, graph_records, graph_tables
+    from tests.graph_columns import tables_of
     from mnemoplan.storage.log.schema import doc_records
 
     say(service, "u", "s", ("Ann", "I live in Oslo and my sister Kari works at Equinor"),
@@ -213,6 +213,10 @@ def test_a_users_overlays_are_rebuilt_from_columns_as_from_records(service: Memo
         columns, one_by_one = graph_tables(part, keys), tables_of(list(graph_records(part, keys)))
         assert [columns.records, columns.sessions, columns.entities, columns.edges, columns.relations] == [
             one_by_one.records, one_by_one.sessions, one_by_one.entities, one_by_one.edges, one_by_one.relations]
+    # Each batch carries its own rows' buffers, not the whole user's (a slice would pickle them all).
+    whole = graph_tables(data, keys).records.get_total_buffer_size()
+    halves = [b.tables().records.get_total_buffer_size() for b in GraphRows(data, keys).batches(data.num_rows // 2 + 1)]
+    assert len(halves) == 2 and all(half < 0.75 * whole for half in halves)
     by_id = {r.id: r for r in records}
     docs = doc_records(data)
     assert [astuple(d)[:-1] for d in docs] == [(r.id, r.user_id, r.kind, r.session_id, r.project_id, r.speaker, r.text,

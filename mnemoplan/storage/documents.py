@@ -31,7 +31,7 @@ from mnemoplan.storage.graph.bulk import schemas as bulk_schemas
 from mnemoplan.storage.graph.client import GraphMention, GraphRecord, GraphRelation
 from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.records import spoken
-from mnemoplan.storage.log.schema import OVERLAY_COLUMNS
+from mnemoplan.storage.log.schema import GRAPH_COLUMNS
 
 
 def in_context(rec: Record | DocRecord) -> bool:
@@ -124,11 +124,13 @@ class GraphRows:
     graph reads (``bulk.RebuildSource``): each batch in columns, or a ``GraphRecord`` a row."""
 
     def __init__(self, data: pa.Table, keys: KeyHasher) -> None:
-        self._data, self._keys = data, _Hashed(keys)
+        self._data, self._keys = data.select(GRAPH_COLUMNS), _Hashed(keys)
 
     def batches(self, size: int) -> Iterator[RebuildBatch]:
         for start in range(0, self._data.num_rows, size):
-            yield _RowsBatch(self._data.slice(start, size), self._keys)
+            # Taken, not sliced: a slice pickles its columns' whole buffers (every batch the whole user's).
+            rows = np.arange(start, min(start + size, self._data.num_rows))
+            yield _RowsBatch(self._data.take(rows) if size < self._data.num_rows else self._data, self._keys)
 
 
 class _Hashed:
@@ -161,17 +163,16 @@ class _RowsBatch:
 
 
 def graph_tables(data: pa.Table, keys: KeyHasher | _Hashed) -> GraphTables:
-    """What ``bulk.tables_of`` makes of the ``graph_record`` of each row, built from the columns
+    """The ``graph_record`` of each row in columns (``bulk.GraphTables``), built from the columns
     with pyarrow (each distinct name hashed once): a user of 100k records in 0.1-0.2 s, where a
     ``GraphRecord`` each took 2.3-3.2 s."""
     keys = keys if isinstance(keys, _Hashed) else _Hashed(keys)
-    data = data.select(OVERLAY_COLUMNS).combine_chunks()  # parent indices are a chunk's own
+    data = data.select(GRAPH_COLUMNS).combine_chunks()  # parent indices are a chunk's own
     n, user, schemas = data.num_rows, keys.user, bulk_schemas()
     ids = data.column("id")
-    micros = pc.fill_null(data.column("occurred_at").cast(pa.int64()), 0).to_numpy()
     users = pa.array([user] * n, pa.string())
     records = pa.table([ids, users, data.column("kind"), pc.fill_null(data.column("seq"), 0).cast(pa.int64()),
-                        pa.array((micros / 1e6).astype(np.int64))], schema=schemas["records"])  # fmt: skip
+                        pa.array(_seconds(data))], schema=schemas["records"])  # fmt: skip
 
     def hashed(namespace: str, values: pa.Array | pa.ChunkedArray) -> pa.Array:
         distinct = pc.unique(values)
@@ -215,11 +216,10 @@ def graph_tables(data: pa.Table, keys: KeyHasher | _Hashed) -> GraphTables:
 
 
 def graph_records(data: pa.Table, keys: KeyHasher | _Hashed) -> Iterator[GraphRecord]:
-    """``graph_record`` of each row of a table of the log (``OVERLAY_COLUMNS`` at least), read
+    """``graph_record`` of each row of a table of the log (``GRAPH_COLUMNS`` at least), read
     column by column: a replica's first touch of a user of 100k records spent more time building
     a ``Record`` for each (~70 us) than reading them from object storage."""
-    micros = pc.fill_null(data.column("occurred_at").cast(pa.int64()), 0).to_numpy()
-    seconds = (micros / 1e6).astype(np.int64)  # as ``datetime.timestamp`` truncated
+    seconds = _seconds(data)
     names = ("id", "kind", "seq", "session_id", "prev_id", "derived_from")
     columns = [data.column(c).to_pylist() for c in names]
     entities = data.column("entities").to_pylist()
@@ -227,10 +227,16 @@ def graph_records(data: pa.Table, keys: KeyHasher | _Hashed) -> Iterator[GraphRe
     key = keys if isinstance(keys, _Hashed) else _Hashed(keys)
     user = key.user
     for i, (rid, kind, seq, session, prev, derived) in enumerate(zip(*columns, strict=True)):
-        named = [(m["key"], m["type"], m["role"]) for m in entities[i] or ()]
+        named = [(m["key"], m["type"] or "", m["role"] or "mention") for m in entities[i] or ()]
         meta = lambda i=i: json.loads(metadata[i] or "{}")  # noqa: E731
         yield _graph_node(rid, kind, seq or 0, int(seconds[i]), session or "", prev or "", derived or (),
                           named, meta, key, user)  # fmt: skip
+
+
+def _seconds(data: pa.Table) -> np.ndarray:
+    """``occurred_at`` of each row in whole seconds, truncated as ``int(datetime.timestamp())``."""
+    micros = pc.fill_null(data.column("occurred_at").cast(pa.int64()), 0).to_numpy()
+    return (micros / 1e6).astype(np.int64)
 
 
 def _graph_node(

@@ -86,16 +86,16 @@ class Rebuilder:
                 self._graph.recreate()
             for uid in [user_id] if user_id else self._log.user_ids():
                 data = self._log.overlay_rows(uid)
-                records = doc_records(data)
+                docs = doc_records(data)
                 keys = user_keys(self._log, uid)
                 assert keys is not None
-                self.rebuild_bm25(uid, records)
+                self.rebuild_bm25(uid, docs)
                 self._graph.rebuild(keys.user, GraphRows(data, keys), dropped=everyone)
-                self._relean(uid, records)
+                self._relean(uid, docs)
                 self._bookkeeping.catalogs.invalidate(uid)
-                out[uid] = len(records)
+                out[uid] = len(docs)
                 if progress is not None:
-                    progress(uid, len(records))
+                    progress(uid, len(docs))
             self._graph.checkpoint()
             self._bookkeeping.clear()
             self._journal.done(intent)

@@ -44,7 +44,7 @@ class Repairer:
     def repair(self) -> int:
         """Replay writes a crash interrupted; returns how many intents were repaired."""
         pending = self._journal.pending()
-        rebuilt, rebuilt_users = False, set()
+        rebuilt, rebuilt_users = False, set[str]()
         everyone = any(intent.op == "rebuild_graph" for intent in pending)  # answers a rebuild of one user too
         for intent in pending:
             log.warning("repairing an interrupted %s (%d record(s))", intent.op, len(intent.ids))

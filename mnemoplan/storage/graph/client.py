@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from mnemoplan.storage.graph.bulk import RebuildBatch, RebuildSource, batches
+from mnemoplan.storage.graph.bulk import RECORDS_BATCH, RebuildBatch, RebuildSource, batches
 from mnemoplan.storage.locks import ReadsFirst
 
 log = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ class GraphIndex:
         """Delete everything of one user."""
         return self._call("drop_user", user)
 
-    def rebuild(self, user: str, records: Iterable[GraphRecord] | RebuildSource, batch: int = 50_000, *,
+    def rebuild(self, user: str, records: Iterable[GraphRecord] | RebuildSource, batch: int | None = None, *,
                 dropped: bool = False) -> int:  # fmt: skip
         """Replace one user's graph with exactly ``records`` (in log order, each once), given one
         by one or in columns (``bulk.RebuildSource``: sent as Arrow tables, see ``bulk``).
@@ -309,10 +309,8 @@ class GraphIndex:
         rebuilding it an hour's work; large batches of edges are copied in bulk (``bulk``, see
         ``KuzuGraph._copy``). Should a copy fail (it ends the graph's process), that batch is
         written again with MERGE and the rest an edge at a time. Each batch commits on its own
-        (its nodes, then each kind of copied edges). A 100k user's graph from columns took 7.9 s
-        in batches of 10,000 records, 3.2-4.2 s in batches of 50,000 (the graph's process at
-        ~260 MB either way; a batch of records one by one held 850 MB at 50,000):
-        a rebuild that fails otherwise leaves the user part-written until it is done again (a
+        (its nodes, then each kind of copied edges; ``batch`` records, by default as many as
+        ``bulk.COLUMNS_BATCH`` or ``bulk.RECORDS_BATCH`` say): a rebuild that fails otherwise leaves the user part-written until it is done again (a
         replica rebuilds the user at its next call, a journaled rebuild at the next start).
         ``dropped``: the graph holds nothing of the user (a graph just recreated), so the
         drop, a checkpoint and scans of the node tables, is skipped."""
@@ -327,7 +325,7 @@ class GraphIndex:
     def _add_rebuilt(self, part: RebuildBatch, bulk: bool) -> bool:
         """Write one batch of a rebuild; returns whether the next may be copied in bulk."""
         if not bulk:
-            self.add(part.records(), fresh=True)
+            self._add_in_parts(part.records(), fresh=True)
             return False
         try:
             tables = part.tables()
@@ -337,10 +335,15 @@ class GraphIndex:
                 self._call("add_tables", tables)
             return True
         except GraphCopyFailed:
-            # Its nodes, and edges of other kinds, may have committed: merged, not created again.
+            # Its nodes, and edges of other kinds, may have committed: merged, not created again,
+            # in batches records one by one are written in (a large one held the graph's memory).
             log.warning("copying a rebuild's edges into the graph failed; the rest goes an edge at a time")
-            self.add(part.records())
+            self._add_in_parts(part.records(), fresh=False)
             return False
+
+    def _add_in_parts(self, records: list[GraphRecord], *, fresh: bool) -> None:
+        for start in range(0, len(records), RECORDS_BATCH):
+            self.add(records[start : start + RECORDS_BATCH], fresh=fresh)
 
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the database file."""

@@ -338,8 +338,9 @@ class KuzuGraph(GraphReads):
         """Run a ``LOAD FROM rows`` statement over an Arrow table (nothing for none)."""
         if not rows.num_rows:
             return []
-        result = self._conn.execute(query)  # Kùzu finds ``rows`` by name in this frame
-        self._copies += 1  # like a COPY, it may keep memory until the database closes (not measured)
+        # Kùzu finds ``rows`` by name in this frame. Unlike a COPY it keeps next to nothing: 1,000
+        # of them grew the process by 4 MB.
+        result = self._conn.execute(query)
         return result.get_all() if isinstance(result, kuzu.QueryResult) else []
 
     def _put_entities(self, records: list[GraphRecord]) -> None:

@@ -111,8 +111,10 @@ def table_schema(dim: int) -> pa.Schema:
 
 
 DOC_COLUMNS = [f.name for f in fields(DocRecord) if f.name != "alone"]
-# What a user's BM25 documents and graph entries are rebuilt from (``storage.documents.graph_records``).
-OVERLAY_COLUMNS = [*DOC_COLUMNS, "occurred_at", "derived_from", "metadata", "entities"]  # seq among them
+# What a user's graph entries are rebuilt from (``storage.documents.graph_records``, ``graph_tables``).
+GRAPH_COLUMNS = ["id", "kind", "seq", "session_id", "prev_id", "occurred_at", "derived_from", "metadata", "entities"]
+# And their BM25 documents too (``doc_records``), and their entity catalog (``mention_counts``).
+OVERLAY_COLUMNS = list(dict.fromkeys([*DOC_COLUMNS, *GRAPH_COLUMNS]))
 
 
 def mention_counts(data: pa.Table) -> tuple[list[tuple[str, str, str, str, int]], int]:
