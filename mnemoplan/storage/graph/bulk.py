@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from mnemoplan.storage.graph.client import GraphRecord, GraphRelation
+    from mnemoplan.storage.graph.records import GraphRecord, GraphRelation
 
 # The edge tables a batch carries, each of the ends' keys ``a``, ``b`` (and ``role`` for MENTIONS).
 EDGE_TABLES = ("IN_SESSION", "NEXT", "DERIVED_FROM", "MENTIONS")

@@ -31,11 +31,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from mnemoplan.storage.graph.bulk import RECORDS_BATCH, RebuildBatch, RebuildSource, batches
+from mnemoplan.storage.graph.records import GraphMention, GraphRecord, GraphRelation  # noqa: F401 (theirs to import from here)
 from mnemoplan.storage.locks import ReadsFirst
 
 log = logging.getLogger(__name__)
@@ -44,42 +44,6 @@ UNWIND_MAX_RECORDS = 20_000  # see kuzu_graph.KuzuGraph._each
 COPY_MIN_EDGES = 256  # edges of one kind in one rebuild write from which they are copied (KuzuGraph._copy)
 EXIT_COPY_FAILED = 75  # the child's exit code when a copy failed (KuzuGraph._copy)
 CLOSE_WAIT_S = 60.0  # for the child to close its database (a checkpoint) and exit
-
-
-@dataclass(frozen=True)
-class GraphMention:
-    """A record's link to an entity (opaque entity key)."""
-
-    entity: str
-    etype: str = ""
-    role: str = "mention"
-
-
-@dataclass(frozen=True)
-class GraphRelation:
-    """A fact-backed edge between two entities."""
-
-    source: str
-    target: str
-    fact: str
-    strength: float = 1.0
-    negated: bool = False
-
-
-@dataclass(frozen=True)
-class GraphRecord:
-    """What the graph keeps of one record: ids and opaque keys only."""
-
-    id: str
-    user: str
-    kind: str
-    seq: int
-    ts: int
-    session: str = ""
-    prev_id: str = ""
-    derived_from: tuple[str, ...] = ()
-    mentions: tuple[GraphMention, ...] = ()
-    relations: tuple[GraphRelation, ...] = field(default_factory=tuple)
 
 
 # -- the pipe between this process and the graph's ---------------------------------------
