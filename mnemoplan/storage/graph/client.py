@@ -274,8 +274,9 @@ class GraphIndex:
         ``KuzuGraph._copy``). Should a copy fail (it ends the graph's process), that batch is
         written again with MERGE and the rest an edge at a time. Each batch commits on its own
         (its nodes, then each kind of copied edges; ``batch`` records, by default as many as
-        ``bulk.COLUMNS_BATCH`` or ``bulk.RECORDS_BATCH`` say): a rebuild that fails otherwise leaves the user part-written until it is done again (a
-        replica rebuilds the user at its next call, a journaled rebuild at the next start).
+        ``bulk.COLUMNS_BATCH`` or ``bulk.RECORDS_BATCH`` say): a rebuild that fails otherwise
+        leaves the user part-written until it is done again (a replica rebuilds the user at its
+        next call, a journaled rebuild at the next start).
         ``dropped``: the graph holds nothing of the user (a graph just recreated), so the
         drop, a checkpoint and scans of the node tables, is skipped."""
         if not dropped:
