@@ -10,11 +10,11 @@ from mnemoplan.model import DocRecord, Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.bm25 import BM25Doc, BM25Index
 from mnemoplan.storage.bookkeeping import WriteBookkeeping
+from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.storage.documents import GraphRows, KeyHasher, bm25_doc, context_vector, leans_on, user_keys
 from mnemoplan.storage.graph.client import GraphIndex
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
-from mnemoplan.storage.catalog import EntityCatalog
 from mnemoplan.storage.log.schema import doc_records, mention_counts
 from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.storage.overlays import OverlayWriter
