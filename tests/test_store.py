@@ -987,16 +987,10 @@ def test_a_graph_that_refuses_the_start_up_repair_is_rebuilt_from_the_log(
     assert refused
 
 
-def test_several_pending_graph_rebuilds_are_done_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mnemoplan.storage.journal import Intent
+def count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The users each ``Rebuilder.rebuild`` from now on is asked for (None: every user)."""
     from mnemoplan.storage.rebuild import Rebuilder
 
-    data = tmp_path / "data"
-    svc = make_service(data)
-    say(svc, "u", "s", ("Ann", "first message about tulips"))
-    for _ in range(2):  # a rebuild cut short leaves the one it repaired and its own
-        svc.store.journal.begin(Intent(op="rebuild_graph", user_id=""))
-    svc.close()
     rebuilds: list[str | None] = []
     real = Rebuilder.rebuild
 
@@ -1005,6 +999,19 @@ def test_several_pending_graph_rebuilds_are_done_once(tmp_path: Path, monkeypatc
         return real(self, user_id, progress)
 
     monkeypatch.setattr(Rebuilder, "rebuild", counted)
+    return rebuilds
+
+
+def test_several_pending_graph_rebuilds_are_done_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemoplan.storage.journal import Intent
+
+    data = tmp_path / "data"
+    svc = make_service(data)
+    say(svc, "u", "s", ("Ann", "first message about tulips"))
+    for _ in range(2):  # a rebuild cut short leaves the one it repaired and its own
+        svc.store.journal.begin(Intent(op="rebuild_graph", user_id=""))
+    svc.close()
+    rebuilds = count_rebuilds(monkeypatch)
     assert_reopened_overlays_hold_the_log(data, "u")
     assert rebuilds == [None]
 
@@ -1207,7 +1214,6 @@ def test_a_reindex_of_one_user_cut_short_is_done_again_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mnemoplan.storage.graph.bulk import batches
-    from mnemoplan.storage.rebuild import Rebuilder
 
     data = tmp_path / "data"
     svc = make_service(data)
@@ -1225,14 +1231,7 @@ def test_a_reindex_of_one_user_cut_short_is_done_again_at_the_next_start(
         with pytest.raises(RuntimeError):
             svc.store.rebuild("u")
     svc.close()
-    rebuilds: list[str | None] = []
-    real = Rebuilder.rebuild
-
-    def counted(self: Rebuilder, user_id: str | None = None, progress: Any = None) -> dict[str, int]:
-        rebuilds.append(user_id)
-        return real(self, user_id, progress)
-
-    monkeypatch.setattr(Rebuilder, "rebuild", counted)
+    rebuilds = count_rebuilds(monkeypatch)
     assert_reopened_overlays_hold_the_log(data, "u", "v")
     assert rebuilds == ["u"]
 
