@@ -739,6 +739,41 @@ def test_a_forget_reads_again_when_a_purge_drops_the_files_under_its_reads(
     assert service.store.log.ids(RecordFilter("u")) == [ids[1]]
 
 
+@pytest.mark.parametrize("read", ["select", "columns", "count", "user_rows", "vector_search", "doc_records"])
+def test_the_logs_reads_read_again_when_a_purge_drops_a_file_under_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    """Compaction and purges drop the files of old versions beside reads (seen under load: a
+    recall's temporal step lost its read): a read that began on such a version reads the newest."""
+    import lance
+
+    from mnemoplan.storage.log.table import LanceLog
+
+    now = datetime.now(UTC)
+    records = [Record(id=f"{i:032d}", user_id="u", kind="message", text=f"turn {i}", session_id="s",
+                      occurred_at=now, created_at=now, seq=i) for i in range(3)]  # fmt: skip
+    vectors = np.eye(3, 8, dtype=np.float32)
+    LanceLog(tmp_path / "log").add(records, vectors, vectors)
+    log = LanceLog(tmp_path / "log")  # nothing of the user in memory: every read goes to the table
+    reads = {
+        "select": lambda: len(log.select(RecordFilter("u"), ["id"])),
+        "columns": lambda: len(log.columns(RecordFilter("u"), ["id"])["id"]),
+        "count": lambda: log.count(),
+        "user_rows": lambda: log.user_rows("u").num_rows,
+        "vector_search": lambda: len(log.vector_search(RecordFilter("u"), vectors[0], 5)),
+        "doc_records": lambda: len(log.doc_records(RecordFilter("u"))),
+    }
+    dropped = [pa.ArrowInvalid("External error: Not found: records.lance/data/0a1b.lance")]
+    for name in ("to_table", "count_rows"):
+        def once(self: Any, *args: Any, _real: Any = getattr(lance.LanceDataset, name), **kwargs: Any) -> Any:
+            if dropped:
+                raise dropped.pop()
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(lance.LanceDataset, name, once)
+    assert (reads[read](), dropped) == (3, [])
+
+
 def test_a_purge_takes_the_marked_rows_that_cite_or_follow_a_forgotten_record(tmp_path: Path) -> None:
     """A session's summary quotes its messages and is replaced as the session grows, deleted
     with no forget asking; the turn after a forgotten one is rewritten, its old vector having

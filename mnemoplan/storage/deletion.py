@@ -25,7 +25,8 @@ from mnemoplan.storage.documents import bm25_doc, context_vector, graph_record, 
 from mnemoplan.storage.graph.client import GraphIndex, GraphRecord
 from mnemoplan.storage.journal import Intent, WriteJournal
 from mnemoplan.storage.locks import StoreLocks
-from mnemoplan.storage.log.table import LanceLog, read_again_if_dropped
+from mnemoplan.storage.log.table import LanceLog
+from mnemoplan.storage.log.tables import read_again_if_dropped
 from mnemoplan.storage.overlays import OverlayWriter
 from mnemoplan.storage.rebuild import Rebuilder
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,24 +34,6 @@ from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 from mnemoplan.storage.log.views import UserViews
 from mnemoplan.storage.log.writes import LogWriter
-
-
-DROPPED_FILE_READS = 3  # reads of a scan whose files a purge dropped under it
-
-
-T = TypeVar("T")
-
-
-def read_again_if_dropped(read: Callable[[], T]) -> T:
-    """``read()``, done again if a purge dropped a file of the version it began on
-    (``drop_unreferenced``, which runs beside reads): the newest version no longer needs it."""
-    for attempt in range(DROPPED_FILE_READS):
-        try:
-            return read()
-        except (RuntimeError, OSError, pa.ArrowException) as exc:  # LanceDB's errors; pylance's scan's
-            if attempt + 1 == DROPPED_FILE_READS or "Not found" not in str(exc):
-                raise
-    raise AssertionError("unreachable")
 
 
 class LanceLog:
@@ -172,9 +154,7 @@ class LanceLog:
         table = self.tables.records
         if table is None:
             return table_schema(1).empty_table().select(columns)
-        return read_again_if_dropped(  # the query made anew each time: it reads the newest version
-            lambda: self.tables.read(table, sql(where), columns).sort_by("seq")
-        )
+        return self.tables.read(table, sql(where), columns).sort_by("seq")
 
     def get(self, user_id: str, ids: list[str]) -> dict[str, Record]:
         """Records of one user by id; unknown ids are absent from the result."""

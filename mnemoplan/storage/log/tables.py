@@ -3,9 +3,10 @@ by several servers, the users' heads (``heads.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import lance
 import lancedb
@@ -18,6 +19,22 @@ from mnemoplan.storage.log.schema import KEYS_TABLE, LATER_COLUMNS, TABLE, table
 
 SESSION_INDEX_BYTES = 256 << 20  # pylance's cache of index pages (the user_id B-tree's, mostly)
 SESSION_METADATA_BYTES = 128 << 20  # and of manifests and file footers
+DROPPED_FILE_READS = 3  # reads of a scan whose files a purge dropped under it
+
+
+T = TypeVar("T")
+
+
+def read_again_if_dropped(read: Callable[[], T]) -> T:
+    """``read()``, done again if a purge dropped a file of the version it began on
+    (``drop_unreferenced``, which runs beside reads): the newest version no longer needs it."""
+    for attempt in range(DROPPED_FILE_READS):
+        try:
+            return read()
+        except (RuntimeError, OSError, pa.ArrowException) as exc:  # LanceDB's errors; pylance's scan's
+            if attempt + 1 == DROPPED_FILE_READS or "Not found" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def is_shared(location: Path | str) -> bool:
@@ -106,16 +123,20 @@ class LogTables:
         """Rows of a table's newest version matching a filter (every row when ``where`` is None):
         pylance's scan, not LanceDB's query builder, which runs each call on one event-loop
         thread of its own that needs the GIL at each step (a 20-row read by id beside one busy
-        Python thread: 254 ms through it, 63 ms through pylance; quiet, 7.4-8.9 against 4.6-6.2)."""
-        return self.newest(table).to_table(columns=columns, filter=where or None, limit=limit)
+        Python thread: 254 ms through it, 63 ms through pylance; quiet, 7.4-8.9 against 4.6-6.2).
+        Read again, from the version newest then, if a purge dropped a file under it."""
+        return read_again_if_dropped(
+            lambda: self.newest(table).to_table(columns=columns, filter=where or None, limit=limit)
+        )
 
     def batches(self, table: LanceTable, where: str | None, columns: list[str], rows: int) -> Iterator[pa.RecordBatch]:
         """``read`` a batch of at most ``rows`` rows at a time."""
         return iter(self.newest(table).to_batches(columns=columns, filter=where or None, batch_size=rows))
 
     def count(self, table: LanceTable, where: str | None = None) -> int:
-        """Rows of a table's newest version matching a filter (all rows when None)."""
-        return int(self.newest(table).count_rows(where or None))
+        """Rows of a table's newest version matching a filter (all rows when None); counted again
+        if a purge dropped a file under it."""
+        return read_again_if_dropped(lambda: int(self.newest(table).count_rows(where or None)))
 
     @property
     def dim(self) -> int | None:

@@ -25,7 +25,7 @@ from mnemoplan.storage.log.schema import (
     kind_code_array,
     matrix,
 )
-from mnemoplan.storage.log.tables import LogTables
+from mnemoplan.storage.log.tables import LogTables, read_again_if_dropped
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 
@@ -52,10 +52,16 @@ class UserViews:
             return entry
         generation = self.vector_cache.generation(user_id)
         where = of_user(user_id)
-        newest = self._tables.newest(table)  # one version for the count and the read
-        if newest.count_rows(where) > self.vector_cache.max_user_rows:
+
+        def read() -> pa.Table | None:
+            newest = self._tables.newest(table)  # one version for the count and the read
+            if newest.count_rows(where) > self.vector_cache.max_user_rows:
+                return None
+            return newest.to_table(columns=["id", *HEAD_COLUMNS, "speaker", "text", "vector"], filter=where)
+
+        data = read_again_if_dropped(read)
+        if data is None:
             return None
-        data = newest.to_table(columns=["id", *HEAD_COLUMNS, "speaker", "text", "vector"], filter=where)
         columns = head_arrays(data)
         columns["asks"] = asks(data)
         columns["alone"] = alone(data)
@@ -76,7 +82,7 @@ class UserViews:
         if entry is not None:
             return len(entry)
         table = self._tables.records
-        return 0 if table is None else int(table.count_rows(of_user(user_id)))
+        return 0 if table is None else self._tables.count(table, of_user(user_id))
 
     def vector_search(
         self, where: RecordFilter, vector: np.ndarray | Callable[[], np.ndarray], k: int
@@ -105,7 +111,7 @@ class UserViews:
             .select(["id", "_distance"])
             .limit(k)
         )
-        rows = query.to_arrow().to_pylist()
+        rows = read_again_if_dropped(lambda: query.to_arrow().to_pylist())
         return [(row["id"], 1.0 - float(row["_distance"])) for row in rows]
 
     def token_blocks(self, user_id: str, *, scan: bool = False, most: int = 0) -> Iterator[TokenBlock]:
