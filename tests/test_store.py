@@ -1535,6 +1535,43 @@ def test_edges_are_written_either_way(
         service.close()
 
 
+def test_the_entity_walk_finds_in_memory_the_records_the_graph_holds(service: MemoryService) -> None:
+    """The catalog's mention index answers as the graph does: loaded from the log, after writes
+    made since, and after a forget; for one entity and several, with and without a role."""
+    from mnemoplan.storage.documents import user_keys
+
+    store = service.store
+    ids = say(service, "u", "s", ("Ann", "Max and Lena met in Oslo"), ("Ben", "Lena moved to Bergen"),
+              ("Ann", "Max visited Lena in Bergen"), ("Ben", "Oslo is cold, Max said"))  # fmt: skip
+    say(service, "v", "s", ("Ann", "Max and Lena went to Oslo"))  # another user's, never found
+
+    def both(keys: list[str], limit: int, roles: list[str] | None) -> tuple[list[tuple[str, str, str]], ...]:
+        store.wait_for_writes("u")
+        hasher = user_keys(store.log, "u", create=False)
+        assert hasher is not None
+        index = store.catalog("u").mentions
+        assert index is not None
+        hashed = {hasher("entity", k): k for k in keys}
+        graph = store.graph.entity_records(hasher.user, list(hashed), limit, roles)
+        # the same records in the same order; a record naming two of the keys keeps both, in key order
+        return ([(rid, hashed[e], role) for rid, e, role in graph], index.records(keys, limit, roles))
+
+    def agree() -> None:
+        for keys in (["max"], ["lena", "bergen"], ["max", "lena", "oslo", "nobody"]):
+            for limit, roles in ((50, None), (2, None), (50, ["mention"]), (50, ["speaker"])):
+                graph, memory = both(keys, limit, roles)
+                assert sorted(graph) == sorted(memory) and [r[0] for r in graph] == [r[0] for r in memory]
+
+    assert both(["max"], 50, None)[1]  # it finds something: the walk is not judged on empty answers
+    agree()  # as read from the log
+    ids += say(service, "u", "t", ("Ann", "Lena and Max cycled around Oslo"))
+    agree()  # with a write made since
+    service.forget(ids=[ids[0], ids[-1]], user_id="u")
+    agree()  # and without what was forgotten
+    store.bookkeeping.catalogs.invalidate("u")
+    agree()  # as read again
+
+
 def test_counts_that_fail_to_land_wait_for_the_next_upkeep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     service = make_service(tmp_path, count_accesses=True)
     try:

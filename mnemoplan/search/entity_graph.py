@@ -68,6 +68,16 @@ class Walk:
             if score > self.scores.get(rid, (0.0, ""))[0]:
                 self.scores[rid] = (score, f"{path[ent]} ({role})")
 
+    def _records(self, frontier: dict[str, str], limit: int) -> list[tuple[str, str, str]]:
+        """The records that mention entities of ``frontier`` (hashed key -> key): (record, hashed
+        key, role), newest first; from the catalog's ``MentionIndex`` when it has one, which holds
+        the user's own rows (the graph filters a scan of every entity in the store)."""
+        index = self.catalog.mentions
+        if index is None:
+            return self.graph.entity_records(self.keys.user, list(frontier), limit, self.roles)
+        hashed_of = {key: hashed for hashed, key in frontier.items()}
+        return [(rid, hashed_of[key], role) for rid, key, role in index.records(list(hashed_of), limit, self.roles)]
+
     def run(self, seeds: dict[str, float], hops: int, limit: int) -> list[tuple[str, float, str]]:
         """Walk from seed entity keys (with starting weights); (record id, score, path), best first."""
         hashed = {self.keys("entity", k): k for k in seeds}
@@ -77,7 +87,7 @@ class Walk:
         reverse: dict[str, str] | None = None
         for hop in range(max(1, hops)):
             cap = limit if hop == 0 else self.cap * len(frontier)
-            rows = self.graph.entity_records(self.keys.user, list(frontier), cap, self.roles)
+            rows = self._records(frontier, cap)
             if hop:  # beyond the first hop, each entity contributes at most ``cap`` records
                 kept, per_entity = [], {}
                 for row in rows:

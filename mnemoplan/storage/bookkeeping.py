@@ -44,7 +44,7 @@ class WriteBookkeeping:
         self.catalogs = CatalogCache(self._load_catalog, USERS_HELD)
 
     def _load_catalog(self, user_id: str) -> EntityCatalog:
-        return EntityCatalog.from_counts(*self._log.mention_counts(user_id))
+        return EntityCatalog.from_rows(self._log.mention_rows(user_id))
 
     def ledger(self, user_id: str) -> UserLedger:
         """The user's write-path bookkeeping (``UserLedger``, read from the log once)."""
@@ -116,7 +116,7 @@ class WriteBookkeeping:
         for rec, embedding in zip(records, embeddings, strict=True):
             if ledger is not None:
                 ledger.note(rec, embedding)
-            self.catalogs.add(rec.user_id, rec.entities, rec.seq)
+            self.catalogs.add(rec.user_id, rec.entities, rec.seq, rec.id)
 
     def forget_records(
         self, user_id: str, records: list[Record], *, reopened: bool, catalog: EntityCatalog | None
@@ -127,7 +127,7 @@ class WriteBookkeeping:
         and from the ledger. A delete that made facts current again (``reopened``) drops the
         user's ledger, whose current facts it changed; the last turns of the sessions it touched
         are read again (what followed a deleted turn now follows another)."""
-        self.catalogs.remove(user_id, [m for rec in records for m in rec.entities], catalog)
+        self.catalogs.remove(user_id, [m for rec in records for m in rec.entities], catalog, [r.id for r in records])
         sessions = {rec.session_id for rec in records}
         with self._held:
             ledger = self._ledgers.get(user_id)

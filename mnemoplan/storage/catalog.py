@@ -2,7 +2,8 @@
 
 Entities live in the records that mention them (``Record.entities``), so the
 catalog holds no data of its own: it is rebuilt from the log on first use and kept
-current as records are added and deleted.
+current as records are added and deleted. With it, which records mention each entity
+(``mentions.MentionIndex``), read from the same columns.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
 from cachetools import LRUCache
 
 from mnemoplan.model import EntityMention
+from mnemoplan.storage.log.schema import mention_counts
+from mnemoplan.storage.mentions import MentionIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,7 @@ class EntityCatalog:
         self.entities: Mapping[str, EntityInfo] = _Entities(self)
         self.version = 0
         self.upto = 0  # the last record (by seq) counted
+        self.mentions: MentionIndex | None = None  # None: not read (a catalog built from counts alone)
 
     def _count(self, key: str, name: str, type_: str, role: str, n: int) -> None:
         surfaces = self._surfaces.setdefault(key, {})
@@ -90,18 +95,25 @@ class EntityCatalog:
         if role == "speaker":
             self._spoke[key] = self._spoke.get(key, 0) + n
 
-    def add(self, mentions: Iterable[EntityMention]) -> None:
-        """Count the mentions of one record."""
+    def add(self, mentions: Iterable[EntityMention], record_id: str = "", seq: int = 0) -> None:
+        """Count the mentions of one record (and index them, given the record's id and seq)."""
+        mentions = list(mentions)
         for m in mentions:
             self._count(m.key, m.name, m.type, m.role, 1)
+        if self.mentions is not None:
+            if record_id:
+                self.mentions.add(record_id, seq, mentions)
+            elif mentions:  # an index that misses a record would answer wrong: none, rather
+                self.mentions = None
         self.version += 1
 
-    def without(self, mentions: Iterable[EntityMention]) -> EntityCatalog:
+    def without(self, mentions: Iterable[EntityMention], ids: Iterable[str] | None = None) -> EntityCatalog:
         """A copy with the mentions of deleted records uncounted; an entity, name or type left
         with none goes. A copy, since recalls read a catalog without a lock. An entity's
         names keep the order they were first written in, deleted mentions included (a catalog
         read again orders them by the first mention left): only a tie between two names'
-        counts can tell the two apart."""
+        counts can tell the two apart. ``ids``, the deleted records', take them out of the
+        ``MentionIndex`` too (without them the copy has none)."""
         mentions = list(mentions)
         touched = {m.key for m in mentions}
         out = EntityCatalog()
@@ -124,7 +136,16 @@ class EntityCatalog:
             if out._spoke.get(key, 1) <= 0:
                 del out._spoke[key]
         out.version, out.upto = self.version + 1, self.upto
+        out.mentions = None if self.mentions is None or ids is None else self.mentions.without(ids)
         return out
+
+    @classmethod
+    def from_rows(cls, data: pa.Table) -> EntityCatalog:
+        """The catalog of a user's rows in write order (``seq``, ``id``, ``entities``), with
+        its ``MentionIndex``."""
+        catalog = cls.from_counts(*mention_counts(data))
+        catalog.mentions = MentionIndex.from_table(data)
+        return catalog
 
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[str, str, str, str, int]], upto: int = 0) -> EntityCatalog:
@@ -189,7 +210,7 @@ class CatalogCache:
             if self._changes[user_id] == seen:
                 self._catalogs[user_id] = catalog
 
-    def add(self, user_id: str, mentions: list[EntityMention], seq: int) -> None:
+    def add(self, user_id: str, mentions: list[EntityMention], seq: int, record_id: str = "") -> None:
         """Update a loaded catalog with a new record's mentions (unloaded ones load later), unless
         the catalog was read from the log after the record reached it."""
         with self._state:
@@ -198,14 +219,15 @@ class CatalogCache:
             if catalog is not None and seq > catalog.upto:
                 catalog.upto = seq
                 if mentions:
-                    catalog.add(mentions)
+                    catalog.add(mentions, record_id, seq)
 
     def peek(self, user_id: str) -> EntityCatalog | None:
         """The user's catalog if it is loaded (none is loaded)."""
         with self._state:
             return self._catalogs.get(user_id)
 
-    def remove(self, user_id: str, mentions: list[EntityMention], before: EntityCatalog | None) -> None:
+    def remove(self, user_id: str, mentions: list[EntityMention], before: EntityCatalog | None,
+               ids: Iterable[str] | None = None) -> None:  # fmt: skip
         """Uncount deleted records' mentions (``EntityCatalog.without``) in the catalog that was
         loaded before the delete (``peek``); any other (one read from the log meanwhile, which
         may or may not have held them) is dropped, and so is a load in flight."""
@@ -213,7 +235,7 @@ class CatalogCache:
             self._changes[user_id] += 1
             catalog = self._catalogs.get(user_id)
             if catalog is not None and catalog is before:
-                self._catalogs[user_id] = catalog.without(mentions)
+                self._catalogs[user_id] = catalog.without(mentions, ids)
             else:
                 self._catalogs.pop(user_id, None)
 

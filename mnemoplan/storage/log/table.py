@@ -120,8 +120,12 @@ class LanceLog:
         Counted in Arrow: turning a large user's mentions into Python objects one by one was
         most of the first recall's time.
         """
-        # write order, whatever a purge's rewrite did to the file order
-        return mention_counts(self._read_sorted(of_user(user_id), ["seq", "entities"]))
+        return mention_counts(self.mention_rows(user_id))
+
+    def mention_rows(self, user_id: str) -> pa.Table:
+        """What a user's entity catalog is read from (``seq``, ``id``, ``entities``), in write order
+        (whatever a purge's rewrite did to the file order)."""
+        return self._read_sorted(of_user(user_id), ["seq", "id", "entities"])
 
     def records(self, where: Where, limit: int | None = None) -> list[Record]:
         """Records matching a filter."""
