@@ -1560,7 +1560,9 @@ def test_the_entity_walk_finds_in_memory_the_records_the_graph_holds(service: Me
         for keys in (["max"], ["lena", "bergen"], ["max", "lena", "oslo", "nobody"]):
             for limit, roles in ((50, None), (2, None), (50, ["mention"]), (50, ["speaker"])):
                 graph, memory = both(keys, limit, roles)
-                assert sorted(graph) == sorted(memory) and [r[0] for r in graph] == [r[0] for r in memory]
+                assert [r[0] for r in graph] == [r[0] for r in memory]
+                if limit > 2:  # the graph's LIMIT cuts mentions of one record (one seq) in any order
+                    assert sorted(graph) == sorted(memory)
 
     assert both(["max"], 50, None)[1]  # it finds something: the walk is not judged on empty answers
     agree()  # as read from the log
