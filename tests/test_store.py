@@ -1432,6 +1432,37 @@ def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None
         assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(cached, stored, strict=True))
 
 
+def test_a_time_window_from_memory_matches_lancedb(tmp_path: Path) -> None:
+    """The temporal step's reads (records in a window, by when said or by their event; the
+    event times of records found) give the same from the rows in memory as from the log."""
+    from datetime import timedelta
+
+    from mnemoplan.storage.log.table import LanceLog
+
+    day = datetime(2023, 5, 1, tzinfo=UTC)
+    records = [Record(id=f"{i:032d}", user_id="u", kind="message", text=f"turn {i}", session_id="s",
+                      occurred_at=day + timedelta(days=i), created_at=day, seq=i,
+                      event_start=day + timedelta(days=10 - i) if i % 3 else None,
+                      event_end=day + timedelta(days=11 - i) if i % 3 else None) for i in range(12)]  # fmt: skip
+    vectors = np.eye(12, 8, dtype=np.float32)
+    log = LanceLog(tmp_path / "log")
+    log.add(records[:9], vectors[:9], vectors[:9])
+    log.vector_search(RecordFilter("u"), vectors[0], 1)  # the user's rows now in memory...
+    log.add(records[9:], vectors[9:], vectors[9:])  # ...and these appended to them
+    ids = [r.id for r in records]
+    windows = [(None, None), (day + timedelta(days=3), None), (None, day + timedelta(days=6)),
+               (day + timedelta(days=2), day + timedelta(days=8))]  # fmt: skip
+    cases = [RecordFilter("u", after=a, before=b, time_of=t, ids=tuple(ids[2:10]) if narrow else None)
+             for a, b in windows for t in ("said", "event", "said_or_event") for narrow in (False, True)]  # fmt: skip
+    held = [(log.first(flt, 5), log.first(flt, 50)) for flt in cases]
+    events = log.events("u", ids)
+    assert log.vector_cache.get("u") is not None and any(held) and len(events) == 8  # all from memory
+    log.vector_cache.max_user_rows = 0  # the log's path
+    log.vector_cache.invalidate()
+    assert [(log.first(flt, 5), log.first(flt, 50)) for flt in cases] == held
+    assert log.events("u", ids) == events
+
+
 def test_retrievals_are_counted_and_reach_the_log_at_upkeep(tmp_path: Path) -> None:
     service = make_service(tmp_path, count_accesses=True)
     try:

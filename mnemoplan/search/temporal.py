@@ -58,15 +58,15 @@ class TemporalIndex(SearchIndex):
         return start, end
 
     def _dated_upstream(self, req: SearchRequest, start: datetime | None, end: datetime | None) -> list[Hit]:
-        """The dated records among those earlier steps found (read through the log's record cache)."""
+        """The dated records among those earlier steps found."""
         ids = list(dict.fromkeys(h.id for h in req.upstream))
-        records = self._log.get(req.user_id, ids)
+        events = self._log.events(req.user_id, ids)
         hits = []
         for rid in ids:
-            rec = records.get(rid)
-            if rec is None or rec.event_start is None or rec.event_end is None:
+            if rid not in events:
                 continue
-            if (start and rec.event_end <= start) or (end and rec.event_start >= end):
+            event_start, event_end = events[rid]
+            if (start and event_end <= start) or (end and event_start >= end):
                 continue
             hits.append(Hit(rid, 1.0, self.name))
         return hits[: int(self.param(req, "top_k"))]
@@ -85,8 +85,8 @@ class TemporalIndex(SearchIndex):
             # narrow the records earlier steps found
             ids=tuple(dict.fromkeys(h.id for h in req.upstream)) if req.upstream else None,
         )
-        rows = self._log.select(where, ["id", "event_start", "seq"], int(self.param(req, "top_k")) * 4)
-        hits = [Hit(r["id"], 1.0 if r["event_start"] is not None else 0.6, self.name) for r in rows]
-        order = {r["id"]: r["seq"] for r in rows}
+        rows = self._log.first(where, int(self.param(req, "top_k")) * 4)
+        hits = [Hit(rid, 1.0 if dated else 0.6, self.name) for rid, dated, _ in rows]
+        order = {rid: seq for rid, _, seq in rows}
         hits.sort(key=lambda h: (-h.score, -order[h.id]))
         return hits[: int(self.param(req, "top_k"))]

@@ -13,7 +13,7 @@ from typing import TypeVar
 import numpy as np
 
 from mnemoplan.model.scope import RecordFilter
-from mnemoplan.storage.log.schema import kind_codes, micros
+from mnemoplan.storage.log.schema import NO_EVENT, kind_codes, micros
 
 Column = TypeVar("Column", np.ndarray, list[str])
 # A filter in LanceDB's SQL, or a RecordFilter the log translates (``sql``).
@@ -98,26 +98,39 @@ def _window(flt: RecordFilter) -> list[str]:
 def mask(
     flt: RecordFilter, *, kinds: np.ndarray, projects: np.ndarray, occurred: np.ndarray,
     sessions: np.ndarray | None = None, superseded: np.ndarray | None = None, ids: list[str] | None = None,
+    events: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Which of a user's rows pass the filter, from their columns in memory: kind codes
     (``schema.KIND_CODES``), projects, times (``micros``) and, when given, sessions, what
-    replaced each, and ids. The user is not checked: the rows are the filter's user's.
+    replaced each, ids, and event (start, end) times (``micros``, ``NO_EVENT`` for none). The
+    user is not checked: the rows are the filter's user's. The time window as ``sql`` has it.
 
     Raises:
-        ValueError: The filter has a condition these columns cannot answer (event times,
-            sources, a turn's predecessor, or a column not given).
+        ValueError: The filter has a condition these columns cannot answer (sources, a turn's
+            predecessor, or a column not given).
     """
-    if flt.cites or flt.follows is not None or flt.time_of != "said":
-        raise ValueError("the rows in memory hold no sources, predecessors or event times to filter by")
+    if flt.cites or flt.follows is not None:
+        raise ValueError("the rows in memory hold no sources or predecessors to filter by")
     out = np.ones(len(kinds), dtype=bool)
     if flt.kinds:
         out &= np.isin(kinds, kind_codes(list(flt.kinds)))
     if flt.project_id:
         out &= projects == flt.project_id
+    said = np.ones(len(kinds), dtype=bool)
     if flt.after is not None:
-        out &= occurred >= micros(flt.after)
+        said &= occurred >= micros(flt.after)
     if flt.before is not None:
-        out &= occurred < micros(flt.before)
+        said &= occurred < micros(flt.before)
+    if flt.time_of == "said":
+        out &= said
+    else:
+        start, end = _needed(events, "event times")
+        event = start != NO_EVENT
+        if flt.after is not None:
+            event &= (end != NO_EVENT) & (end > micros(flt.after))
+        if flt.before is not None:
+            event &= start < micros(flt.before)
+        out &= event if flt.time_of == "event" else event | said
     if flt.session_id is not None or flt.in_session:
         column = _needed(sessions, "sessions")
         out &= column == flt.session_id if flt.session_id is not None else column != ""
@@ -135,7 +148,10 @@ def mask(
     return out
 
 
-def _needed(column: Column | None, name: str) -> Column:
+Given = TypeVar("Given")
+
+
+def _needed(column: Given | None, name: str) -> Given:
     if column is None:
         raise ValueError(f"this filter needs the rows' {name}, which were not given")
     return column

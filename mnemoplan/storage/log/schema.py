@@ -58,6 +58,16 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
 
 
+NO_EVENT = np.iinfo(np.int64).min  # a record without an event time, among ``micros``
+EVENT_COLUMNS = ["event_start", "event_end"]
+
+
+def event_micros(data: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """``event_start`` and ``event_end`` of each row in ``micros``, ``NO_EVENT`` where null."""
+    return tuple(pc.fill_null(data.column(c).cast(pa.int64()), NO_EVENT).to_numpy()  # type: ignore[return-value]
+                 for c in EVENT_COLUMNS)  # fmt: skip
+
+
 def micros(when: datetime) -> int:
     """Microseconds since the epoch, exactly (``timestamp() * 1e6`` can be a microsecond off)."""
     return (as_utc(when) - EPOCH) // MICROSECOND

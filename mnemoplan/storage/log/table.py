@@ -27,7 +27,8 @@ from mnemoplan.storage.log.keys import UserKeys
 from mnemoplan.storage.log.maintenance import FRAGMENT_ROWS, Maintenance
 from mnemoplan.storage.log.record_cache import RecordCache
 from mnemoplan.storage.log.schema import (
-    DOC_COLUMNS, META_COLUMNS, OVERLAY_COLUMNS, doc_records, mention_counts, row_to_record, table_schema,
+    DOC_COLUMNS, EPOCH, META_COLUMNS, MICROSECOND, NO_EVENT, OVERLAY_COLUMNS, doc_records, mention_counts,
+    row_to_record, table_schema,
 )  # fmt: skip
 from mnemoplan.storage.log.tables import LogTables
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
@@ -100,6 +101,30 @@ class LanceLog:
         if table is None:
             return []
         return self.tables.read(table, sql(where), columns or META_COLUMNS, limit).to_pylist()
+
+    def first(self, where: RecordFilter, limit: int) -> list[tuple[str, bool, int]]:
+        """The first ``limit`` records passing a filter (in the log's order): (id, whether it has
+        an event time, seq). From memory when the user's rows are held there: on a store of 1.6M
+        records a read of the log took 70-400 ms, whatever the user's size."""
+        entry = self.views.user_view(where.user_id)
+        if entry is not None:
+            try:
+                return entry.first(where, limit)
+            except (ValueError, OverflowError):  # a condition the rows in memory cannot answer
+                pass
+        rows = self.select(where, ["id", "event_start", "seq"], limit)
+        return [(r["id"], r["event_start"] is not None, r["seq"]) for r in rows]
+
+    def events(self, user_id: str, ids: list[str]) -> dict[str, tuple[datetime, datetime]]:
+        """The event (start, end) of those records that have one; from memory when the user's
+        rows are held there."""
+        entry = self.vector_cache.get(user_id)
+        held = entry.events(ids) if entry is not None else None
+        if held is None:
+            records = self.get(user_id, ids).values()
+            return {r.id: (r.event_start, r.event_end) for r in records if r.event_start is not None and r.event_end is not None}
+        at = lambda t: EPOCH + t * MICROSECOND  # noqa: E731
+        return {rid: (at(s), at(e)) for rid, (s, e) in held.items() if s != NO_EVENT and e != NO_EVENT}
 
     def ids(self, where: RecordFilter) -> list[str]:
         """The ids of the records matching a filter."""

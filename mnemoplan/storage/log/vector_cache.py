@@ -20,7 +20,7 @@ import numpy.typing as npt
 from mnemoplan.model import RecordHead
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import mask
-from mnemoplan.storage.log.schema import EPOCH, MICROSECOND, kind_code_array, micros
+from mnemoplan.storage.log.schema import EPOCH, MICROSECOND, NO_EVENT, kind_code_array, micros
 
 Entry = TypeVar("Entry")
 
@@ -72,6 +72,8 @@ class UserVectors:
     asks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.asks_question
     alone: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.stands_alone
     requests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.requests
+    event_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # micros(), or NO_EVENT
+    event_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -83,7 +85,9 @@ class UserVectors:
     ) -> UserVectors:
         """Rows from the log's columns: kind, project_id, occurred_at, session_id, seq, prev_id,
         importance and superseded_by, as lists (None for the log's default) or as arrays without
-        nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults. And
+        nulls (``occurred_at`` then in ``micros``); missing ones take the log's defaults. The
+        event's ``event_start`` and ``event_end``, as datetimes or None, or as arrays of ``micros``
+        with ``NO_EVENT`` for none (missing: no event). And
         ``asks``, ``alone`` and ``requests``, derived from the speaker and text (``model.asks_question``,
         ``model.stands_alone``, ``model.requests``; default False)."""
         n = len(ids)
@@ -95,6 +99,12 @@ class UserVectors:
             if isinstance(values, np.ndarray):
                 return values.astype(dtype, copy=False)
             return np.asarray([default if v is None else v for v in values], dtype=dtype)
+
+        def event(name: str) -> np.ndarray:
+            values = columns.get(name)
+            if isinstance(values, np.ndarray):
+                return values.astype(np.int64, copy=False)
+            return np.asarray([NO_EVENT if t is None else micros(t) for t in values or [None] * n], dtype=np.int64)
 
         occurred = columns.get("occurred_at")
         if not isinstance(occurred, np.ndarray):
@@ -118,6 +128,8 @@ class UserVectors:
             asks=col("asks", False, bool),
             alone=col("alone", False, bool),
             requests=col("requests", False, bool),
+            event_start=event("event_start"),
+            event_end=event("event_end"),
             buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )
 
@@ -147,6 +159,8 @@ class UserVectors:
             asks=np.concatenate([self.asks, more.asks]),
             alone=np.concatenate([self.alone, more.alone]),
             requests=np.concatenate([self.requests, more.requests]),
+            event_start=np.concatenate([self.event_start, more.event_start]),
+            event_end=np.concatenate([self.event_end, more.event_end]),
             buffer=buffer,
         )
 
@@ -180,7 +194,9 @@ class UserVectors:
             ids=ids, matrix=matrix, kinds=self.kinds[pick], projects=self.projects[pick],
             occurred=self.occurred[pick], sessions=self.sessions[pick], seqs=self.seqs[pick],
             prev_ids=self.prev_ids[pick], importance=self.importance[pick], superseded=self.superseded[pick],
-            asks=self.asks[pick], alone=self.alone[pick], requests=self.requests[pick], buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
+            asks=self.asks[pick], alone=self.alone[pick], requests=self.requests[pick],
+            event_start=self.event_start[pick], event_end=self.event_end[pick],
+            buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )  # fmt: skip
 
     def without(self, gone: set[str]) -> UserVectors:
@@ -214,6 +230,34 @@ class UserVectors:
         superseded[i] = by_id
         return replace(self, superseded=superseded)
 
+    def mask(self, where: RecordFilter) -> np.ndarray:
+        """Which rows pass the filter (``filters.mask``).
+
+        Raises:
+            ValueError: The filter has a condition the rows in memory cannot answer.
+        """
+        return mask(where, kinds=self.kinds, projects=self.projects, occurred=self.occurred,
+                    sessions=self.sessions, superseded=self.superseded, ids=self.ids,
+                    events=(self.event_start, self.event_end))  # fmt: skip
+
+    def first(self, where: RecordFilter, limit: int) -> list[tuple[str, bool, int]]:
+        """The first ``limit`` rows passing the filter, in the order read and written (a read of
+        the log with a limit takes its first rows too): (id, whether it has an event time, seq).
+
+        Raises:
+            ValueError: The filter has a condition the rows in memory cannot answer.
+        """
+        rows = np.flatnonzero(self.mask(where))[:limit].tolist()
+        return [(self.ids[i], bool(self.event_start[i] != NO_EVENT), int(self.seqs[i])) for i in rows]
+
+    def events(self, ids: list[str]) -> dict[str, tuple[int, int]] | None:
+        """Each record's event (start, end) in ``micros``, ``NO_EVENT`` for none; None if this
+        snapshot lacks one of them."""
+        rows = [self.row(rid) for rid in ids]
+        if any(i is None for i in rows):
+            return None
+        return {rid: (int(self.event_start[i]), int(self.event_end[i])) for rid, i in zip(ids, rows)}  # type: ignore[index]
+
     def search(
         self, vector: np.ndarray, k: int, where: RecordFilter | None = None
     ) -> list[tuple[str, float]]:
@@ -228,9 +272,7 @@ class UserVectors:
         if where is None:
             candidates = np.arange(len(self.ids))
         else:
-            passing = mask(where, kinds=self.kinds, projects=self.projects, occurred=self.occurred,
-                           sessions=self.sessions, superseded=self.superseded, ids=self.ids)  # fmt: skip
-            candidates = np.flatnonzero(passing)
+            candidates = np.flatnonzero(self.mask(where))
         if candidates.size == 0:
             return []
         scores = sims[candidates]

@@ -16,10 +16,12 @@ from mnemoplan.model import RecordHead
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import HAS_TOKENS, of_user, sql
 from mnemoplan.storage.log.schema import (
+    EVENT_COLUMNS,
     HEAD_COLUMNS,
     TOKEN_COLUMNS,
     alone,
     asks,
+    event_micros,
     requests,
     head_arrays,
     kind_code_array,
@@ -57,7 +59,8 @@ class UserViews:
             newest = self._tables.newest(table)  # one version for the count and the read
             if newest.count_rows(where) > self.vector_cache.max_user_rows:
                 return None
-            return newest.to_table(columns=["id", *HEAD_COLUMNS, "speaker", "text", "vector"], filter=where)
+            return newest.to_table(columns=["id", *HEAD_COLUMNS, *EVENT_COLUMNS, "speaker", "text", "vector"],
+                                   filter=where)  # fmt: skip
 
         data = read_again_if_dropped(read)
         if data is None:
@@ -66,6 +69,7 @@ class UserViews:
         columns["asks"] = asks(data)
         columns["alone"] = alone(data)
         columns["requests"] = requests(data)
+        columns["event_start"], columns["event_end"] = event_micros(data)
         entry = UserVectors.build(data.column("id").to_pylist(), matrix(data.column("vector")), columns)
         self.vector_cache.put(user_id, entry, generation)
         return entry

@@ -119,7 +119,8 @@ class LogWriter:
             more = UserVectors.build(
                 [r.id for r in mine], vectors[rows],
                 heads | {"asks": [r.asks for r in mine], "alone": [r.alone for r in mine],
-                         "requests": [r.requests for r in mine]},
+                         "requests": [r.requests for r in mine], "event_start": [r.event_start for r in mine],
+                         "event_end": [r.event_end for r in mine]},
             )  # fmt: skip
             self._vector_cache.extend(user_id, more)
             # The filter columns: the snapshot's.
