@@ -127,7 +127,8 @@ class WriteBookkeeping:
         and from the ledger. A delete that made facts current again (``reopened``) drops the
         user's ledger, whose current facts it changed; the last turns of the sessions it touched
         are read again (what followed a deleted turn now follows another)."""
-        self.catalogs.remove(user_id, [m for rec in records for m in rec.entities], catalog, [r.id for r in records])
+        mentions = [m for rec in records for m in rec.entities]
+        self.catalogs.remove(user_id, mentions, catalog, [rec.id for rec in records])
         sessions = {rec.session_id for rec in records}
         with self._held:
             ledger = self._ledgers.get(user_id)

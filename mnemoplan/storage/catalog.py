@@ -107,7 +107,9 @@ class EntityCatalog:
                 self.mentions = None
         self.version += 1
 
-    def without(self, mentions: Iterable[EntityMention], ids: Iterable[str] | None = None) -> EntityCatalog:
+    def without(
+        self, mentions: Iterable[EntityMention], ids: Iterable[str] | None = None
+    ) -> EntityCatalog:
         """A copy with the mentions of deleted records uncounted; an entity, name or type left
         with none goes. A copy, since recalls read a catalog without a lock. An entity's
         names keep the order they were first written in, deleted mentions included (a catalog

@@ -101,7 +101,9 @@ class MentionIndex:
         out._tail = [m for m in self._tail if m[1] not in out._gone]
         return out
 
-    def records(self, keys: Sequence[str], limit: int, roles: Sequence[str] | None = None) -> list[Mentioning]:
+    def records(
+        self, keys: Sequence[str], limit: int, roles: Sequence[str] | None = None
+    ) -> list[Mentioning]:
         """The records mentioning any of ``keys`` (with one of ``roles``, if given), newest first,
         ``limit`` at most: (record id, entity key, role), ties in record id, then key order."""
         wanted = None if roles is None else [i for i, r in enumerate(self._role_names) if r in roles]
@@ -116,7 +118,9 @@ class MentionIndex:
         found.sort(key=lambda m: (-m[0], m[1], m[2]))
         return [(rid, key, role) for _, rid, key, role in found[:limit]]
 
-    def _newest(self, code: int, key: str, limit: int, wanted: list[int] | None) -> list[tuple[int, str, str, str]]:
+    def _newest(
+        self, code: int, key: str, limit: int, wanted: list[int] | None
+    ) -> list[tuple[int, str, str, str]]:
         """An entity's newest ``limit`` mentions not deleted since (and any tied with the last)."""
         rows = self._rows[self._starts[code] : self._starts[code + 1]]
         roles = self._roles[self._starts[code] : self._starts[code + 1]]
@@ -130,6 +134,6 @@ class MentionIndex:
             take += int(np.count_nonzero(seqs[take:] == last))  # seqs fall: the ties follow
             rows, roles = rows[:take], roles[:take]
         ids = self._ids.take(pa.array(rows)).to_pylist()
-        names = self._role_names
-        return [(int(s), rid, key, names[r]) for s, rid, r in zip(self._seqs[rows].tolist(), ids, roles.tolist(),
-                                                                  strict=True) if rid not in self._gone]  # fmt: skip
+        names, seqs = self._role_names, self._seqs[rows].tolist()
+        return [(s, rid, key, names[r]) for s, rid, r in zip(seqs, ids, roles.tolist(), strict=True)
+                if rid not in self._gone]  # fmt: skip

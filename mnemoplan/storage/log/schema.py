@@ -64,8 +64,8 @@ EVENT_COLUMNS = ["event_start", "event_end"]
 
 def event_micros(data: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """``event_start`` and ``event_end`` of each row in ``micros``, ``NO_EVENT`` where null."""
-    return tuple(pc.fill_null(data.column(c).cast(pa.int64()), NO_EVENT).to_numpy()  # type: ignore[return-value]
-                 for c in EVENT_COLUMNS)  # fmt: skip
+    start, end = (pc.fill_null(data.column(c).cast(pa.int64()), NO_EVENT).to_numpy() for c in EVENT_COLUMNS)
+    return start, end
 
 
 def micros(when: datetime) -> int:

@@ -122,7 +122,8 @@ class LanceLog:
         held = entry.events(ids) if entry is not None else None
         if held is None:
             records = self.get(user_id, ids).values()
-            return {r.id: (r.event_start, r.event_end) for r in records if r.event_start is not None and r.event_end is not None}
+            return {r.id: (r.event_start, r.event_end) for r in records
+                    if r.event_start is not None and r.event_end is not None}  # fmt: skip
         at = lambda t: EPOCH + t * MICROSECOND  # noqa: E731
         return {rid: (at(s), at(e)) for rid, (s, e) in held.items() if s != NO_EVENT and e != NO_EVENT}
 

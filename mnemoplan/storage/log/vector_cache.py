@@ -72,7 +72,7 @@ class UserVectors:
     asks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.asks_question
     alone: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.stands_alone
     requests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.requests
-    event_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # micros(), or NO_EVENT
+    event_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # micros(); NO_EVENT
     event_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
@@ -104,7 +104,8 @@ class UserVectors:
             values = columns.get(name)
             if isinstance(values, np.ndarray):
                 return values.astype(np.int64, copy=False)
-            return np.asarray([NO_EVENT if t is None else micros(t) for t in values or [None] * n], dtype=np.int64)
+            times = values or [None] * n
+            return np.asarray([NO_EVENT if t is None else micros(t) for t in times], dtype=np.int64)
 
         occurred = columns.get("occurred_at")
         if not isinstance(occurred, np.ndarray):
@@ -256,7 +257,8 @@ class UserVectors:
         rows = [self.row(rid) for rid in ids]
         if any(i is None for i in rows):
             return None
-        return {rid: (int(self.event_start[i]), int(self.event_end[i])) for rid, i in zip(ids, rows)}  # type: ignore[index]
+        return {rid: (int(self.event_start[i]), int(self.event_end[i]))  # type: ignore[index]
+                for rid, i in zip(ids, rows, strict=True)}  # fmt: skip
 
     def search(
         self, vector: np.ndarray, k: int, where: RecordFilter | None = None
