@@ -76,7 +76,7 @@ class Walk:
         if index is None:
             return self.graph.entity_records(self.keys.user, list(frontier), limit, self.roles)
         hashed_of = {key: hashed for hashed, key in frontier.items()}
-        found = index.records(list(hashed_of), limit, self.roles)
+        found = index.records(list(hashed_of), limit, self.roles, order=hashed_of)
         return [(rid, hashed_of[key], role) for rid, key, role in found]
 
     def run(self, seeds: dict[str, float], hops: int, limit: int) -> list[tuple[str, float, str]]:

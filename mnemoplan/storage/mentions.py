@@ -15,7 +15,7 @@ place except by ``add``, as the catalog itself (a reader takes a snapshot of the
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -102,10 +102,14 @@ class MentionIndex:
         return out
 
     def records(
-        self, keys: Sequence[str], limit: int, roles: Sequence[str] | None = None
-    ) -> list[Mentioning]:
-        """The records mentioning any of ``keys`` (with one of ``roles``, if given), newest first,
-        ``limit`` at most: (record id, entity key, role), ties in record id, then key order."""
+        self, keys: Sequence[str], limit: int, roles: Sequence[str] | None = None,
+        order: Mapping[str, str] | None = None,
+    ) -> list[Mentioning]:  # fmt: skip
+        """The records mentioning any of ``keys`` (with one of ``roles``; none given or an empty
+        list: any role, as the graph has it), newest first, ``limit`` at most: (record id, entity
+        key, role). Ties (one record, several keys) in record id, then key order, or the order of
+        ``order[key]`` (the graph's: its hashed keys)."""
+        roles = roles or None
         wanted = None if roles is None else [i for i, r in enumerate(self._role_names) if r in roles]
         found: list[tuple[int, str, str, str]] = []
         for key in dict.fromkeys(keys):
@@ -115,7 +119,8 @@ class MentionIndex:
         tail = self._tail[:]  # a snapshot: ``add`` may append meanwhile
         asked = set(keys)
         found.extend(m for m in tail if m[2] in asked and (roles is None or m[3] in roles))
-        found.sort(key=lambda m: (-m[0], m[1], m[2]))
+        rank = order or {}
+        found.sort(key=lambda m: (-m[0], m[1], rank.get(m[2], m[2])))
         return [(rid, key, role) for _, rid, key, role in found[:limit]]
 
     def _newest(
@@ -127,13 +132,16 @@ class MentionIndex:
         if wanted is not None:
             keep = np.isin(roles, wanted)
             rows, roles = rows[keep], roles[keep]
-        take = limit + len(self._gone)  # the deleted may be among the newest
-        if len(rows) > take:
-            seqs = self._seqs[rows]
-            last = seqs[take - 1]
-            take += int(np.count_nonzero(seqs[take:] == last))  # seqs fall: the ties follow
-            rows, roles = rows[:take], roles[:take]
-        ids = self._ids.take(pa.array(rows)).to_pylist()
-        names, seqs = self._role_names, self._seqs[rows].tolist()
-        return [(s, rid, key, names[r]) for s, rid, r in zip(seqs, ids, roles.tolist(), strict=True)
-                if rid not in self._gone]  # fmt: skip
+        seqs = self._seqs[rows]
+        names = self._role_names
+        take = limit
+        while True:  # wider while deleted records (each with any number of mentions) take places
+            end = min(take, len(rows))
+            if 0 < end < len(rows):
+                end += int(np.count_nonzero(seqs[end:] == seqs[end - 1]))  # seqs fall: the ties follow
+            ids = self._ids.take(pa.array(rows[:end])).to_pylist()
+            found = [(s, rid, key, names[r]) for s, rid, r in zip(seqs[:end].tolist(), ids, roles[:end].tolist(),
+                                                                  strict=True) if rid not in self._gone]  # fmt: skip
+            if len(found) >= limit or end >= len(rows):
+                return found
+            take = end + limit - len(found)
