@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,6 +21,8 @@ from mnemoplan.storage.log.schema import doc_records
 from mnemoplan.storage.log.table import LanceLog
 from mnemoplan.storage.overlays import OverlayWriter
 
+log = logging.getLogger(__name__)
+
 # Told each user rebuilt and their record count.
 Progress = Callable[[str, int], None]
 
@@ -30,7 +33,13 @@ def _beside(graph: Callable[[], object], here: Callable[[], object]) -> None:
     user's first touch on object storage: 11.3 -> 8.0 s, medians of five; bench/README.md)."""
     with ThreadPoolExecutor(1, thread_name_prefix="graph-rebuild") as pool:
         pending = pool.submit(graph)
-        here()
+        try:
+            here()
+        except BaseException:
+            failed = pending.exception()  # waits for the graph: the caller's lock still covers it
+            if failed is not None:
+                log.error("rebuilding the graph failed too", exc_info=failed)
+            raise
         pending.result()
 
 
