@@ -107,15 +107,13 @@ class EntityCatalog:
                 self.mentions = None
         self.version += 1
 
-    def without(
-        self, mentions: Iterable[EntityMention], ids: Iterable[str] | None = None
-    ) -> EntityCatalog:
+    def without(self, mentions: Iterable[EntityMention], ids: Iterable[str]) -> EntityCatalog:
         """A copy with the mentions of deleted records uncounted; an entity, name or type left
         with none goes. A copy, since recalls read a catalog without a lock. An entity's
         names keep the order they were first written in, deleted mentions included (a catalog
         read again orders them by the first mention left): only a tie between two names'
         counts can tell the two apart. ``ids``, the deleted records', take them out of the
-        ``MentionIndex`` too (without them the copy has none)."""
+        ``MentionIndex`` too."""
         mentions = list(mentions)
         touched = {m.key for m in mentions}
         out = EntityCatalog()
@@ -138,7 +136,7 @@ class EntityCatalog:
             if out._spoke.get(key, 1) <= 0:
                 del out._spoke[key]
         out.version, out.upto = self.version + 1, self.upto
-        out.mentions = None if self.mentions is None or ids is None else self.mentions.without(ids)
+        out.mentions = None if self.mentions is None else self.mentions.without(ids)
         return out
 
     @classmethod
@@ -229,7 +227,7 @@ class CatalogCache:
             return self._catalogs.get(user_id)
 
     def remove(self, user_id: str, mentions: list[EntityMention], before: EntityCatalog | None,
-               ids: Iterable[str] | None = None) -> None:  # fmt: skip
+               ids: Iterable[str]) -> None:  # fmt: skip
         """Uncount deleted records' mentions (``EntityCatalog.without``) in the catalog that was
         loaded before the delete (``peek``); any other (one read from the log meanwhile, which
         may or may not have held them) is dropped, and so is a load in flight."""

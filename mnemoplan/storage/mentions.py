@@ -14,6 +14,7 @@ place except by ``add``, as the catalog itself (a reader takes a snapshot of the
 
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -94,9 +95,7 @@ class MentionIndex:
 
     def without(self, ids: Iterable[str]) -> MentionIndex:
         """A copy without the mentions of deleted records (the arrays shared, not copied)."""
-        out = MentionIndex()
-        for name in ("_ids", "_seqs", "_keys", "_starts", "_rows", "_roles", "_role_names"):
-            setattr(out, name, getattr(self, name))
+        out = copy.copy(self)
         out._gone = self._gone | frozenset(ids)
         out._tail = [m for m in self._tail if m[1] not in out._gone]
         return out
