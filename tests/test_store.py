@@ -774,6 +774,58 @@ def test_the_logs_reads_read_again_when_a_purge_drops_a_file_under_them(
     assert (reads[read](), dropped) == (3, [])
 
 
+def test_a_read_by_id_goes_where_the_rows_were_and_follows_them_when_they_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user not read whole is read by id where their rows in memory say the rows are in the
+    log (``_rowaddr``). A row written, rewritten, deleted or moved by a compaction since is read
+    as the log has it now, and once found by id it is read by address again."""
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log", cache_records=0)  # no records in memory: every get reads the log
+    now = datetime.now(UTC)
+
+    def rec(i: int, user: str = "u") -> Record:
+        return Record(id=f"{user}{i:031d}", user_id=user, kind="message", text=f"{user} turn {i}", session_id="s",
+                      occurred_at=now, created_at=now, seq=i)  # fmt: skip
+
+    vectors = np.eye(3, 8, dtype=np.float32)
+    for batch in range(3):  # a fragment each
+        log.add([rec(3 * batch + i) for i in range(3)], vectors, vectors)
+    log.add([rec(i, "v") for i in range(3)], vectors, vectors)
+    assert log.user_view("u") is not None  # the user's rows in memory, with their addresses
+    wheres: list[str] = []
+    real = log.tables.read
+
+    def read(table: Any, where: str, *args: Any, **kwargs: Any) -> Any:
+        wheres.append(where)
+        return real(table, where, *args, **kwargs)
+
+    monkeypatch.setattr(log.tables, "read", read)
+
+    def get(*ids: str) -> tuple[dict[str, str], list[str]]:
+        wheres.clear()
+        found = log.get("u", list(ids))
+        return {rid: f"{r.text}|{r.superseded_by}" for rid, r in found.items()}, [w.split()[0] for w in wheres]
+
+    one, four, seven = rec(1).id, rec(4).id, rec(7).id
+    assert get(one, seven) == ({one: "u turn 1|", seven: "u turn 7|"}, ["_rowaddr"])
+    assert get(rec(0, "v").id) == ({}, ["user_id"])  # another user's record: not the caller's
+    log.add([rec(9)], vectors[:1], vectors[:1])
+    assert get(rec(9).id) == ({rec(9).id: "u turn 9|"}, ["user_id"])  # written since: read by id...
+    assert get(rec(9).id, one) == ({rec(9).id: "u turn 9|", one: "u turn 1|"}, ["_rowaddr"])  # ...then by address
+    log.set_superseded([four], "newer", now)
+    assert get(four) == ({four: "u turn 4|newer"}, ["user_id"])  # rewritten: read where it is now
+    assert get(four)[0] == {four: "u turn 4|newer"}
+    log.delete([seven], "u")
+    assert get(seven, one)[0] == {one: "u turn 1|"}
+    log.tables.records.to_lance().optimize.compact_files(materialize_deletions_threshold=0.0)  # every row moves
+    moved = get(one, four, rec(9).id)
+    assert moved[0] == {one: "u turn 1|", four: "u turn 4|newer", rec(9).id: "u turn 9|"}
+    assert moved[1][:2] == ["_rowaddr", "user_id"]  # missed where they were, found by id, addresses read again
+    assert get(one, four, rec(9).id) == (moved[0], ["_rowaddr"])
+
+
 def test_a_purge_takes_the_marked_rows_that_cite_or_follow_a_forgotten_record(tmp_path: Path) -> None:
     """A session's summary quotes its messages and is replaced as the session grows, deleted
     with no forget asking; the turn after a forgotten one is rewritten, its old vector having
@@ -1684,16 +1736,16 @@ def test_a_read_that_raced_a_rewrite_does_not_leave_the_old_row_cached(
         log.cache.evict()
     else:
         log.vector_cache.invalidate()  # size unknown: get() reads by id
-    read = "user_rows" if whole else "records"
-    real = getattr(log, read)
+    reader, read = (log, "user_rows") if whole else (log.views, "rows_by_id")
+    real = getattr(reader, read)
 
     def racing(*args: Any) -> Any:
         rows = real(*args)  # the old row is read...
-        monkeypatch.setattr(log, read, real)
+        monkeypatch.setattr(reader, read, real)
         log.set_superseded([fact.id], "newer", datetime.now(UTC))  # ...and rewritten before it is cached
         return rows
 
-    monkeypatch.setattr(log, read, racing)
+    monkeypatch.setattr(reader, read, racing)
     assert log.get("u", [fact.id])[fact.id].superseded_by == ""  # the caller in flight saw the old row
     assert log.get("u", [fact.id])[fact.id].superseded_by == "newer"  # the cache did not keep it
 

@@ -203,7 +203,7 @@ class LanceLog:
             wanted = rows.filter(pc.is_in(rows.column("id"), pa.array(missing, rows.column("id").type)))
             read = [row_to_record(row) for row in wanted.to_pylist()]
         else:
-            read = self.records(RecordFilter(user_id, ids=tuple(missing)))
+            read = [row_to_record(row) for row in self.views.rows_by_id(user_id, missing, META_COLUMNS)]
         self.cache.put(read, epoch)
         found.update({rec.id: rec for rec in read})
         return found

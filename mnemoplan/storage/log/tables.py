@@ -119,14 +119,19 @@ class LogTables:
             uri = self._uris[table.name] = table.uri
         return lance.dataset(uri, storage_options=self._storage_options, session=self._session)
 
-    def read(self, table: LanceTable, where: str | None, columns: list[str], limit: int | None = None) -> pa.Table:
+    def read(
+        self, table: LanceTable, where: str | None, columns: list[str], limit: int | None = None,
+        *, row_addresses: bool = False,
+    ) -> pa.Table:
         """Rows of a table's newest version matching a filter (every row when ``where`` is None):
         pylance's scan, not LanceDB's query builder, which runs each call on one event-loop
         thread of its own that needs the GIL at each step (a 20-row read by id beside one busy
         Python thread: 254 ms through it, 63 ms through pylance; quiet, 7.4-8.9 against 4.6-6.2).
-        Read again, from the version newest then, if a purge dropped a file under it."""
+        Read again, from the version newest then, if a purge dropped a file under it. With
+        ``row_addresses``, each row's ``_rowaddr`` comes too."""
         return read_again_if_dropped(
-            lambda: self.newest(table).to_table(columns=columns, filter=where or None, limit=limit)
+            lambda: self.newest(table).to_table(columns=columns, filter=where or None, limit=limit,
+                                                with_row_address=row_addresses)  # fmt: skip
         )
 
     def batches(self, table: LanceTable, where: str | None, columns: list[str], rows: int) -> Iterator[pa.RecordBatch]:

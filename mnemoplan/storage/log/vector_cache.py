@@ -23,6 +23,7 @@ from mnemoplan.storage.log.filters import mask
 from mnemoplan.storage.log.schema import EPOCH, MICROSECOND, NO_EVENT, kind_code_array, micros
 
 Entry = TypeVar("Entry")
+NO_ADDRESS = -1  # UserVectors.addresses: where the row is in the log is not known
 
 
 class _Buffer:
@@ -74,6 +75,9 @@ class UserVectors:
     requests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # see model.requests
     event_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # micros(); NO_EVENT
     event_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Where each row was in the log when read (``_rowaddr``), NO_ADDRESS for rows written or
+    # rewritten since: a read by address is a hint, checked against the ids it returns.
+    addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -89,7 +93,8 @@ class UserVectors:
         event's ``event_start`` and ``event_end``, as datetimes or None, or as arrays of ``micros``
         with ``NO_EVENT`` for none (missing: no event). And
         ``asks``, ``alone`` and ``requests``, derived from the speaker and text (``model.asks_question``,
-        ``model.stands_alone``, ``model.requests``; default False)."""
+        ``model.stands_alone``, ``model.requests``; default False). And ``address``, each row's
+        ``_rowaddr`` in the log (missing: ``NO_ADDRESS``)."""
         n = len(ids)
 
         def col(name: str, default: object, dtype: npt.DTypeLike) -> np.ndarray:
@@ -131,6 +136,7 @@ class UserVectors:
             requests=col("requests", False, bool),
             event_start=event("event_start"),
             event_end=event("event_end"),
+            addresses=col("address", NO_ADDRESS, np.int64),
             buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )
 
@@ -162,6 +168,7 @@ class UserVectors:
             requests=np.concatenate([self.requests, more.requests]),
             event_start=np.concatenate([self.event_start, more.event_start]),
             event_end=np.concatenate([self.event_end, more.event_end]),
+            addresses=np.concatenate([self.addresses, more.addresses]),
             buffer=buffer,
         )
 
@@ -196,7 +203,7 @@ class UserVectors:
             occurred=self.occurred[pick], sessions=self.sessions[pick], seqs=self.seqs[pick],
             prev_ids=self.prev_ids[pick], importance=self.importance[pick], superseded=self.superseded[pick],
             asks=self.asks[pick], alone=self.alone[pick], requests=self.requests[pick],
-            event_start=self.event_start[pick], event_end=self.event_end[pick],
+            event_start=self.event_start[pick], event_end=self.event_end[pick], addresses=self.addresses[pick],
             buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )  # fmt: skip
 
@@ -217,19 +224,39 @@ class UserVectors:
                and np.array_equal(self.matrix[i], np.asarray(changed[rid][1], self.matrix.dtype))
                for rid, i in rows.items()):  # fmt: skip
             return self  # patched already (before the log was written)
-        matrix, prev_ids = self.matrix.copy(), self.prev_ids.copy()
+        matrix, prev_ids, addresses = self.matrix.copy(), self.prev_ids.copy(), self.addresses.copy()
         for rid, i in rows.items():
             prev_ids[i], matrix[i] = changed[rid]
-        return replace(self, matrix=matrix, prev_ids=prev_ids, buffer=_Buffer(matrix, dict(self._row_map())))
+            addresses[i] = NO_ADDRESS  # rewritten: elsewhere in the log now
+        return replace(self, matrix=matrix, prev_ids=prev_ids, addresses=addresses,
+                       buffer=_Buffer(matrix, dict(self._row_map())))
 
     def with_superseded(self, rid: str, by_id: str) -> UserVectors | None:
         """A snapshot with one record marked superseded; None if this one lacks it."""
         i = self.row(rid)
         if i is None:
             return None
-        superseded = self.superseded.copy()
-        superseded[i] = by_id
-        return replace(self, superseded=superseded)
+        superseded, addresses = self.superseded.copy(), self.addresses.copy()
+        superseded[i], addresses[i] = by_id, NO_ADDRESS
+        return replace(self, superseded=superseded, addresses=addresses)
+
+    def addresses_of(self, ids: list[str]) -> dict[str, int]:
+        """Where some rows were in the log when read (``_rowaddr``), for those this snapshot has
+        and knows it of."""
+        rows = [(rid, self.row(rid)) for rid in ids]
+        return {rid: int(self.addresses[i]) for rid, i in rows if i is not None and self.addresses[i] != NO_ADDRESS}
+
+    def with_addresses(self, found: Mapping[str, int], *, every: bool = False) -> UserVectors:
+        """A snapshot whose rows are where ``found`` says (``{id: _rowaddr}``, read since). With
+        ``every``, ``found`` holds every row there is, and the rows it lacks become ``NO_ADDRESS``;
+        else the others keep theirs."""
+        rows = self._row_map()
+        addresses = np.full(len(self.ids), NO_ADDRESS, dtype=np.int64) if every else self.addresses.copy()
+        for rid, at in found.items():
+            i = rows.get(rid)
+            if i is not None and i < len(self.ids) and self.ids[i] == rid:
+                addresses[i] = at
+        return replace(self, addresses=addresses)
 
     def mask(self, where: RecordFilter) -> np.ndarray:
         """Which rows pass the filter (``filters.mask``).
@@ -407,6 +434,17 @@ class VectorCache(UserCache[UserVectors]):
         a user held without one of them is dropped."""
         with self._lock:
             self._change(user_id, lambda entry: entry.with_rows(changed))
+
+    def place(self, user_id: str, found: Mapping[str, int], *, every: bool = False) -> None:
+        """Note where a held user's rows are in the log now (``{id: _rowaddr}``, just read;
+        ``UserVectors.with_addresses``). Not a change to the rows: a load in flight still counts."""
+        entry = self.get(user_id)
+        if entry is None:
+            return
+        placed = entry.with_addresses(found, every=every)
+        with self._lock:
+            if self._users.get(user_id) is entry:  # else changed meanwhile: the next miss reads again
+                self._users[user_id] = placed
 
     def mark_superseded(self, rid: str, by_id: str, user_id: str | None = None) -> None:
         """Note in the cached copy that a record was superseded (the log was just updated).
