@@ -1484,6 +1484,96 @@ def test_in_memory_vector_search_matches_lancedb(service: MemoryService) -> None
         assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(cached, stored, strict=True))
 
 
+def test_a_large_users_rows_in_partitions_answer_as_their_rows_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``PARTITION_ROWS`` a user's rows in memory are grouped by partition: each id keeps its
+    vector and columns, the first rows of a filter come in the order written, a search reads the
+    partitions nearest the query (all of them: the exact answer), a narrow filter is searched
+    exactly, and rows written or deleted since are found or not as for any user."""
+    from mnemoplan.storage.log import partitions, vector_cache
+    from mnemoplan.storage.log.vector_cache import UserVectors
+
+    monkeypatch.setattr(vector_cache, "PARTITION_ROWS", 400)
+    monkeypatch.setattr(partitions, "ROWS_PER_PARTITION", 25)  # 16 partitions
+    rng = np.random.default_rng(7)
+    n = 400
+    matrix = rng.standard_normal((n, 16)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    ids = [f"r{i:03d}" for i in range(n)]
+    columns = {"seq": list(range(n)), "session_id": [f"s{i % 10}" for i in range(n)],
+               "kind": ["message" if i % 4 else "fact" for i in range(n)]}  # fmt: skip
+    plain = UserVectors.build(ids, matrix, columns)
+    grouped = plain.partitioned()
+    assert grouped.partitions is not None and plain.partitions is None and grouped.ids != ids
+    assert grouped.partitioned() is grouped and plain.subset(list(range(399))).partitioned().partitions is None
+    for rid in ids[::37]:
+        i, j = plain.row(rid), grouped.row(rid)
+        assert i is not None and j is not None and np.array_equal(plain.matrix[i], grouped.matrix[j])
+        assert plain.heads([rid]) == grouped.heads([rid])
+    facts, session = RecordFilter("u", kinds=("fact",)), RecordFilter("u", session_id="s3")
+    for where in (RecordFilter("u"), facts, session):
+        assert plain.first(where, 30) == grouped.first(where, 30)
+    queries = rng.standard_normal((20, 16)).astype(np.float32)
+    monkeypatch.setattr(partitions, "PROBES", 16)  # every partition read: the exact answer
+    for q in queries:
+        assert [r for r, _ in grouped.search(q, 10)] == [r for r, _ in plain.search(q, 10)]
+    monkeypatch.setattr(partitions, "PROBES", 3)
+    for q in queries[:5]:
+        narrow = [r for r, _ in grouped.search(q, 10, session)]  # a tenth of the rows: searched exactly
+        assert narrow == [r for r, _ in plain.search(q, 10, session)]
+        found = grouped.search(q, 10, facts)  # a quarter: from the partitions read
+        assert len(found) == 10 and all(int(r[1:]) % 4 == 0 for r, _ in found)
+    for rid in ids[::50]:  # a stored vector is found in its own partition, first
+        assert grouped.search(plain.matrix[plain.row(rid)], 1)[0][0] == rid
+    newer = UserVectors.build(["new"], -matrix[:1], {"seq": [n]})
+    grown = grouped.extended(newer).without({"r000", "r123"})
+    assert grown.search(-matrix[0], 1)[0][0] == "new" and grown.first(RecordFilter("u"), 500)[-1][0] == "new"
+    assert grown.row("r000") is None and all(r not in ("r000", "r123") for r, _ in grown.search(matrix[0], 50))
+    assert grown.search(matrix[1], 1)[0][0] == "r001" and grown.partitions is not None
+    in_order = [r for r, _, _ in grown.first(RecordFilter("u"), 500)]
+    assert in_order == [r for r in ids if r not in ("r000", "r123")] + ["new"]
+
+
+def test_a_large_user_is_partitioned_in_the_background_and_keeps_the_rows_written_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search of a large user does not wait for their partitions: they are built beside it and
+    take the place of the rows held, with the rows a write appended meanwhile; not over a change
+    of another kind (a delete, a rewrite), which the next search starts again from."""
+    from mnemoplan.storage.log import partitions, vector_cache
+    from mnemoplan.storage.log.table import LanceLog
+    from mnemoplan.storage.log.vector_cache import UserVectors
+
+    monkeypatch.setattr(vector_cache, "PARTITION_ROWS", 300)
+    monkeypatch.setattr(partitions, "ROWS_PER_PARTITION", 30)
+    now = datetime.now(UTC)
+
+    def rec(i: int) -> Record:
+        return Record(id=f"{i:032d}", user_id="u", kind="message", text=f"turn {i}", session_id="s",
+                      occurred_at=now, created_at=now, seq=i)  # fmt: skip
+
+    vectors = np.random.default_rng(3).standard_normal((301, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    log = LanceLog(tmp_path / "log")
+    log.add([rec(i) for i in range(300)], vectors[:300], vectors[:300])
+    assert log.vector_search(RecordFilter("u"), vectors[5], 1)[0][0] == rec(5).id  # exact, while partitioning
+    log.views.settle()
+    held = log.vector_cache.get("u")
+    assert held is not None and held.partitions is not None
+    assert log.vector_search(RecordFilter("u"), vectors[7], 1)[0][0] == rec(7).id
+
+    cache = vector_cache.VectorCache()
+    plain = UserVectors.build([r.id for r in map(rec, range(300))], vectors[:300], {"seq": list(range(300))})
+    cache.put("u", plain, cache.generation("u"))
+    revision = cache.revision("u")
+    cache.extend("u", UserVectors.build([rec(300).id], vectors[300:], {"seq": [300]}))  # a write meanwhile
+    assert cache.replace("u", plain, plain.partitioned(), revision)
+    held = cache.get("u")
+    assert held is not None and held.partitions is not None and held.search(vectors[300], 1)[0][0] == rec(300).id
+    revision = cache.revision("u")
+    cache.drop_rows("u", [rec(0).id])  # a delete meanwhile
+    assert not cache.replace("u", held, held, revision)
+
+
 def test_a_time_window_from_memory_matches_lancedb(tmp_path: Path) -> None:
     """The temporal step's reads (records in a window, by when said or by their event; the
     event times of records found) give the same from the rows in memory as from the log."""

@@ -20,10 +20,12 @@ import numpy.typing as npt
 from mnemoplan.model import RecordHead
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import mask
+from mnemoplan.storage.log.partitions import PARTITION_ROWS, Partitions
 from mnemoplan.storage.log.schema import EPOCH, MICROSECOND, NO_EVENT, kind_code_array, micros
 
 Entry = TypeVar("Entry")
 NO_ADDRESS = -1  # UserVectors.addresses: where the row is in the log is not known
+NARROW_FILTER = 8  # a filter passing at most 1/8 of a partitioned user's rows: those are scored alone
 
 
 class _Buffer:
@@ -78,6 +80,10 @@ class UserVectors:
     # Where each row was in the log when read (``_rowaddr``), NO_ADDRESS for rows written or
     # rewritten since: a read by address is a hint, checked against the ids it returns.
     addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # A large user's rows are grouped by partition (``partitioned``): ``positions`` then keeps
+    # each row's place in the order read and written (None: the rows are in that order).
+    partitions: Partitions | None = None
+    positions: np.ndarray | None = None
     buffer: _Buffer | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -169,8 +175,11 @@ class UserVectors:
             event_start=np.concatenate([self.event_start, more.event_start]),
             event_end=np.concatenate([self.event_end, more.event_end]),
             addresses=np.concatenate([self.addresses, more.addresses]),
+            partitions=self.partitions,
+            positions=None if self.positions is None else np.concatenate(
+                [self.positions, int(self.positions.max(initial=-1)) + 1 + np.arange(len(more), dtype=np.int64)]),
             buffer=buffer,
-        )
+        )  # fmt: skip
 
     def _row_map(self) -> dict[str, int]:
         return self.buffer.rows if self.buffer is not None else {rid: i for i, rid in enumerate(self.ids)}
@@ -195,16 +204,33 @@ class UserVectors:
         return out
 
     def subset(self, rows: list[int]) -> UserVectors:
-        """Some of these rows, as a snapshot of their own."""
+        """Some of these rows (ascending), as a snapshot of their own."""
         pick = np.asarray(rows, dtype=np.int64)
-        ids, matrix = [self.ids[i] for i in rows], self.matrix[pick]
+        return self._reordered(pick, self.partitions.subset(pick) if self.partitions is not None else None,
+                               None if self.positions is None else self.positions[pick])  # fmt: skip
+
+    @property
+    def wants_partitions(self) -> bool:
+        """True for rows not in partitions yet, ``PARTITION_ROWS`` of them or more."""
+        return self.partitions is None and len(self.ids) >= PARTITION_ROWS
+
+    def partitioned(self) -> UserVectors:
+        """This snapshot with its rows grouped by partition (``partitions.Partitions``), if it
+        ``wants_partitions``; else this one."""
+        if not self.wants_partitions:
+            return self
+        partitions, order = Partitions.train(self.matrix)
+        return self._reordered(order, partitions, order if self.positions is None else self.positions[order])
+
+    def _reordered(self, pick: np.ndarray, partitions: Partitions | None, positions: np.ndarray | None) -> UserVectors:
+        ids, matrix = [self.ids[i] for i in pick.tolist()], self.matrix[pick]
         return UserVectors(
             ids=ids, matrix=matrix, kinds=self.kinds[pick], projects=self.projects[pick],
             occurred=self.occurred[pick], sessions=self.sessions[pick], seqs=self.seqs[pick],
             prev_ids=self.prev_ids[pick], importance=self.importance[pick], superseded=self.superseded[pick],
             asks=self.asks[pick], alone=self.alone[pick], requests=self.requests[pick],
             event_start=self.event_start[pick], event_end=self.event_end[pick], addresses=self.addresses[pick],
-            buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
+            partitions=partitions, positions=positions, buffer=_Buffer(matrix, {rid: i for i, rid in enumerate(ids)}),
         )  # fmt: skip
 
     def without(self, gone: set[str]) -> UserVectors:
@@ -275,7 +301,10 @@ class UserVectors:
         Raises:
             ValueError: The filter has a condition the rows in memory cannot answer.
         """
-        rows = np.flatnonzero(self.mask(where))[:limit].tolist()
+        rows = np.flatnonzero(self.mask(where))
+        if self.positions is not None:  # grouped by partition: back in the order written
+            rows = rows[np.argsort(self.positions[rows], kind="stable")]
+        rows = rows[:limit].tolist()
         return [(self.ids[i], bool(self.event_start[i] != NO_EVENT), int(self.seqs[i])) for i in rows]
 
     def events(self, ids: list[str]) -> dict[str, tuple[int, int]] | None:
@@ -297,18 +326,39 @@ class UserVectors:
         """
         if not self.ids or k <= 0:
             return []
-        sims = self.matrix @ np.asarray(vector, dtype=np.float32)
-        if where is None:
-            candidates = np.arange(len(self.ids))
+        vector = np.asarray(vector, dtype=np.float32)
+        keep = None if where is None else self.mask(where)
+        found = self._search_partitions(vector, k, keep) if self.partitions is not None else None
+        if found is not None:
+            candidates, scores = found
         else:
-            candidates = np.flatnonzero(self.mask(where))
+            candidates = np.arange(len(self.ids)) if keep is None else np.flatnonzero(keep)
+            scores = (self.matrix @ vector)[candidates]
         if candidates.size == 0:
             return []
-        scores = sims[candidates]
         top = min(k, candidates.size)
         best = np.argpartition(-scores, top - 1)[:top]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(self.ids[candidates[i]], float(scores[i])) for i in best]
+
+    def _search_partitions(
+        self, vector: np.ndarray, k: int, keep: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rows, their scores) of the partitions nearest the vector, those passing ``keep``;
+        None where the exact search is asked for instead: a filter so narrow that scoring its
+        rows alone is cheaper, or one that leaves fewer than ``k`` rows in the partitions read."""
+        assert self.partitions is not None
+        passing = len(self.ids) if keep is None else int(np.count_nonzero(keep))
+        if passing * NARROW_FILTER <= len(self.ids):
+            rows = np.flatnonzero(keep)
+            return rows, self.matrix[rows] @ vector
+        slices = self.partitions.slices(vector, len(self.ids))
+        rows = np.concatenate([np.arange(a, b) for a, b in slices])
+        scores = np.concatenate([self.matrix[a:b] @ vector for a, b in slices])
+        if keep is not None:
+            kept = keep[rows]
+            rows, scores = rows[kept], scores[kept]
+        return (rows, scores) if rows.size >= min(k, passing) else None
 
 
 class UserCache(Generic[Entry]):
@@ -399,6 +449,13 @@ class VectorCache(UserCache[UserVectors]):
     def __init__(self, *, max_user_rows: int = 200_000, max_total_rows: int | None = None) -> None:
         super().__init__(max_total_rows or 2 * max_user_rows)
         self.max_user_rows = max_user_rows
+        self._appends: Counter[str] = Counter()  # the changes that only appended rows (``extend``)
+
+    def revision(self, user_id: str) -> tuple[int, int]:
+        """Like ``generation``, but blind to appends: read before rearranging a held user's rows
+        (``replace``)."""
+        with self._lock:
+            return self._epoch, self._changes[user_id] - self._appends[user_id]
 
     @staticmethod
     def size(entry: UserVectors) -> int:
@@ -408,6 +465,7 @@ class VectorCache(UserCache[UserVectors]):
         """Append new rows to a cached user (an uncached user loads them later)."""
         with self._lock:
             self._changes[user_id] += 1
+            self._appends[user_id] += 1
             entry = self._users.get(user_id)
             if entry is None:
                 return
@@ -434,6 +492,23 @@ class VectorCache(UserCache[UserVectors]):
         a user held without one of them is dropped."""
         with self._lock:
             self._change(user_id, lambda entry: entry.with_rows(changed))
+
+    def replace(self, user_id: str, old: UserVectors, new: UserVectors, revision: tuple[int, int]) -> bool:
+        """Hold ``new`` for a user instead of ``old`` (the same rows, otherwise arranged), with the
+        rows appended since; unless the user's rows changed otherwise since ``revision`` was read
+        (a write's append does not count), or ``old`` and what grew from it are no longer held.
+        True if held."""
+        current = self.get(user_id)
+        if current is None or (current is not old and (len(current) < len(old) or current.ids[: len(old)] != old.ids)):
+            return False
+        grown = new if current is old else new.extended(current.subset(list(range(len(old), len(current)))))
+        with self._lock:
+            if revision != (self._epoch, self._changes[user_id] - self._appends[user_id]):
+                return False
+            if self._users.get(user_id) is not current:  # appended again meanwhile: the next search asks again
+                return False
+            self._users[user_id] = grown
+            return True
 
     def place(self, user_id: str, found: Mapping[str, int], *, every: bool = False) -> None:
         """Note where a held user's rows are in the log now (``{id: _rowaddr}``, just read;

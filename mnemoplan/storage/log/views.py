@@ -7,7 +7,10 @@ step with its writes.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,8 @@ from mnemoplan.storage.log.tables import LogTables, read_again_if_dropped
 from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 
+log = logging.getLogger(__name__)
+
 
 class UserViews:
     """Vector search and token blocks of one user at a time, from memory when the user fits.
@@ -46,13 +51,49 @@ class UserViews:
         self._tables = tables
         self.vector_cache = vector_cache
         self.token_cache = token_cache
+        # A large user's rows are grouped into partitions off the caller's path, one user at a time.
+        self._partitioner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition")
+        self._partitioning: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
 
     def user_view(self, user_id: str) -> UserVectors | None:
-        """The user's rows in memory, loaded on first use; None for a user too large to cache."""
+        """The user's rows in memory, loaded on first use; None for a user too large to cache.
+        A user of ``partitions.PARTITION_ROWS`` rows or more is searched exactly until their rows are
+        grouped into partitions, in the background (``settle`` waits for it)."""
         entry = self.vector_cache.get(user_id)
+        if entry is None:
+            entry = self._load(user_id)
+        if entry is not None and entry.wants_partitions:
+            with self._lock:
+                if user_id not in self._partitioning:
+                    self._partitioning[user_id] = self._partitioner.submit(self._partition, user_id)
+        return entry
+
+    def _partition(self, user_id: str) -> None:
+        """Replace a held user's rows by the same rows in partitions, with those written meanwhile;
+        unless they changed otherwise (the next search asks again)."""
+        try:
+            revision = self.vector_cache.revision(user_id)
+            entry = self.vector_cache.get(user_id)
+            if entry is not None and entry.wants_partitions:
+                self.vector_cache.replace(user_id, entry, entry.partitioned(), revision)
+        except Exception:  # the user stays searched exactly
+            log.exception("partitioning the vectors of a user failed")
+        finally:
+            with self._lock:
+                self._partitioning.pop(user_id, None)
+
+    def settle(self) -> None:
+        """Wait for the partitioning in flight."""
+        with self._lock:
+            pending = list(self._partitioning.values())
+        wait(pending)
+
+    def _load(self, user_id: str) -> UserVectors | None:
+        """The user's rows read from the log and held; None for a user too large to hold."""
         table = self._tables.records
-        if entry is not None or table is None:
-            return entry
+        if table is None:
+            return None
         generation = self.vector_cache.generation(user_id)
         where = of_user(user_id)
 
