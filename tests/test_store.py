@@ -2042,6 +2042,31 @@ def test_a_record_a_catalog_read_already_counted_is_not_counted_again() -> None:
     assert cache.get("u").entities["ann"].mentions == 3
 
 
+def test_the_catalogs_held_are_bounded_by_their_entities() -> None:
+    """Users' catalogs go, least recently used first, once those held count more entities than
+    the bound; a user with more than the bound is still held, alone; one dropped is read again."""
+    from mnemoplan.storage.catalog import CatalogCache, EntityCatalog
+    from mnemoplan.model import EntityMention
+
+    entities = {"small": ["a"], "mid": ["b", "c", "d"], "empty": [], "huge": [f"e{i}" for i in range(9)]}
+    reads: list[str] = []
+
+    def read(user_id: str) -> EntityCatalog:
+        reads.append(user_id)
+        catalog = EntityCatalog()
+        catalog.add([EntityMention(key=k, name=k.upper(), role="mention") for k in entities[user_id]])
+        return catalog
+
+    cache = CatalogCache(read, entities=5)
+    for user in ("small", "mid", "empty"):  # 1 + 3 + 1 (one with none counts one)
+        cache.get(user)
+    assert all(cache.peek(u) is not None for u in ("small", "mid", "empty"))
+    assert set(cache.get("huge").entities) == {f"e{i}" for i in range(9)}  # more than the bound: held alone
+    assert cache.peek("huge") is not None and all(cache.peek(u) is None for u in ("small", "mid", "empty"))
+    assert set(cache.get("mid").entities) == {"b", "c", "d"} and reads.count("mid") == 2  # read again
+    assert cache.peek("huge") is None
+
+
 BUILD_BESIDE_APPENDS = """
 import os, sys, threading, time
 from datetime import UTC, datetime
@@ -2219,6 +2244,7 @@ def test_what_is_held_per_user_is_bounded_and_read_again_when_needed(
 
     monkeypatch.setattr(bookkeeping, "USERS_HELD", 2)
     monkeypatch.setattr(bookkeeping, "SESSIONS_HELD", 2)
+    monkeypatch.setattr(bookkeeping, "CATALOG_ENTITIES", 2)
     monkeypatch.setattr(analyzer, "ALIAS_MAPS", 2)
     svc = make_service(tmp_path / "data")
     try:
@@ -2228,6 +2254,7 @@ def test_what_is_held_per_user_is_bounded_and_read_again_when_needed(
             assert [i.id for i in svc.recall("Marmaduke the ferret", user_id=u).items][:1] == first[u]
         bookkeeping_ = svc.store.bookkeeping
         assert bookkeeping_.loaded_ledger("u0") is None  # dropped for users used since
+        assert bookkeeping_.catalogs.peek("u0") is None
         again = svc.remember(content="u0 keeps a ferret called Marmaduke", user_id="u0", session_id="s")
         assert again.ids == first["u0"] and again.stored == 0  # the ledger read again knows it
         later = svc.remember(content="u0 walks Marmaduke at dawn", user_id="u0", session_id="s")

@@ -22,6 +22,10 @@ LastTurn = tuple[Record, np.ndarray]
 # is bounded by the users it serves at once, not by every user it ever served.
 USERS_HELD = 1_024
 SESSIONS_HELD = 8_192
+# Entities of the catalogs held, across users: a thousand users' catalogs took 435 MB on the
+# million store (~830k entities, ~520 bytes each with the user's mention index; a user of 1k
+# records holds 60-2,400 of them), and one read again takes 10-40 ms (bench/README.md).
+CATALOG_ENTITIES = 262_144
 
 
 class WriteBookkeeping:
@@ -41,7 +45,7 @@ class WriteBookkeeping:
         self._ledgers: LRUCache[str, UserLedger] = LRUCache(USERS_HELD)
         self._last: LRUCache[tuple[str, str], LastTurn] = LRUCache(SESSIONS_HELD)
         self._held = threading.Lock()  # a leaf lock over both (an LRU's read reorders it)
-        self.catalogs = CatalogCache(self._load_catalog, USERS_HELD)
+        self.catalogs = CatalogCache(self._load_catalog, CATALOG_ENTITIES)
 
     def _load_catalog(self, user_id: str) -> EntityCatalog:
         return EntityCatalog.from_rows(self._log.mention_rows(user_id))

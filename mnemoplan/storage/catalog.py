@@ -161,7 +161,8 @@ class EntityCatalog:
 
 
 class CatalogCache:
-    """Lazily built catalogs of every user, with a loader that reads the log.
+    """Lazily built catalogs of users, with a loader that reads the log, bounded by the entities
+    they hold.
 
     A record added while a user's catalog is being read from the log may be missed by the
     read (and, the catalog not being cached yet, by ``add``): such a read is done again. One
@@ -169,9 +170,14 @@ class CatalogCache:
     read).
     """
 
-    def __init__(self, loader: Callable[[str], EntityCatalog], users: int = 1_024) -> None:
+    def __init__(self, loader: Callable[[str], EntityCatalog], entities: int = 262_144) -> None:
         self._loader = loader
-        self._catalogs: LRUCache[str, EntityCatalog] = LRUCache(users)  # the least recently used go
+        # The least recently used go once the catalogs held count ``entities`` (a user's as
+        # counted when it was put: a user with none counts one; one with more than all holds
+        # the cache alone).
+        self._catalogs: LRUCache[str, EntityCatalog] = LRUCache(
+            entities, getsizeof=lambda catalog: min(entities, max(1, len(catalog.entities)))
+        )
         self._lock = threading.Lock()  # one load at a time
         self._state = threading.Lock()  # a leaf lock over _catalogs and _changes
         self._changes: Counter[str] = Counter()  # writes and invalidations per user
