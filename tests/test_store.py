@@ -1531,6 +1531,8 @@ def test_a_large_users_rows_in_partitions_answer_as_their_rows_do(monkeypatch: p
     assert grown.search(matrix[1], 1)[0][0] == "r001" and grown.partitions is not None
     in_order = [r for r, _, _ in grown.first(RecordFilter("u"), 500)]
     assert in_order == [r for r in ids if r not in ("r000", "r123")] + ["new"]
+    few = grouped.without(set(ids[3:]))  # most partitions emptied by deletes: those read may all be
+    assert all(sorted(r for r, _ in few.search(q, 5)) == ids[:3] for q in queries)
 
 
 def test_a_large_user_is_partitioned_in_the_background_and_keeps_the_rows_written_meanwhile(
@@ -2044,7 +2046,8 @@ def test_a_record_a_catalog_read_already_counted_is_not_counted_again() -> None:
 
 def test_the_catalogs_held_are_bounded_by_their_entities() -> None:
     """Users' catalogs go, least recently used first, once those held count more entities than
-    the bound; a user with more than the bound is still held, alone; one dropped is read again."""
+    the bound, as read or as grown since; a user with more than the bound is still held, alone;
+    one dropped is read again."""
     from mnemoplan.storage.catalog import CatalogCache, EntityCatalog
     from mnemoplan.model import EntityMention
 
@@ -2065,6 +2068,9 @@ def test_the_catalogs_held_are_bounded_by_their_entities() -> None:
     assert cache.peek("huge") is not None and all(cache.peek(u) is None for u in ("small", "mid", "empty"))
     assert set(cache.get("mid").entities) == {"b", "c", "d"} and reads.count("mid") == 2  # read again
     assert cache.peek("huge") is None
+    cache.get("small")  # 3 + 1
+    cache.add("small", [EntityMention(key=k, name=k, role="mention") for k in ("x", "y")], seq=1)  # grows: 3 + 3
+    assert cache.peek("mid") is None and set(cache.get("small").entities) == {"a", "x", "y"}
 
 
 BUILD_BESIDE_APPENDS = """
@@ -2239,13 +2245,11 @@ def test_a_users_lock_lives_only_while_it_is_held_or_awaited() -> None:
 def test_what_is_held_per_user_is_bounded_and_read_again_when_needed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mnemoplan.planner import analyzer
     from mnemoplan.storage import bookkeeping
 
     monkeypatch.setattr(bookkeeping, "USERS_HELD", 2)
     monkeypatch.setattr(bookkeeping, "SESSIONS_HELD", 2)
     monkeypatch.setattr(bookkeeping, "CATALOG_ENTITIES", 2)
-    monkeypatch.setattr(analyzer, "ALIAS_MAPS", 2)
     svc = make_service(tmp_path / "data")
     try:
         first = {u: svc.remember(content=f"{u} keeps a ferret called Marmaduke", user_id=u, session_id="s").ids
@@ -2255,6 +2259,7 @@ def test_what_is_held_per_user_is_bounded_and_read_again_when_needed(
         bookkeeping_ = svc.store.bookkeeping
         assert bookkeeping_.loaded_ledger("u0") is None  # dropped for users used since
         assert bookkeeping_.catalogs.peek("u0") is None
+        assert len(svc.recall_pipeline.analyzer._aliases) <= 2  # a map goes with its catalog
         again = svc.remember(content="u0 keeps a ferret called Marmaduke", user_id="u0", session_id="s")
         assert again.ids == first["u0"] and again.stored == 0  # the ledger read again knows it
         later = svc.remember(content="u0 walks Marmaduke at dawn", user_id="u0", session_id="s")

@@ -353,6 +353,8 @@ class UserVectors:
             rows = np.flatnonzero(keep)
             return rows, self.matrix[rows] @ vector
         slices = self.partitions.slices(vector, len(self.ids))
+        if not slices:  # the partitions read were emptied by deletes
+            return None
         rows = np.concatenate([np.arange(a, b) for a, b in slices])
         scores = np.concatenate([self.matrix[a:b] @ vector for a, b in slices])
         if keep is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -36,6 +37,7 @@ from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 
 log = logging.getLogger(__name__)
+PARTITION_TRIES = 3  # a user changed (not only appended to) during each gets no more until read again
 
 
 class UserViews:
@@ -54,6 +56,7 @@ class UserViews:
         # A large user's rows are grouped into partitions off the caller's path, one user at a time.
         self._partitioner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition")
         self._partitioning: dict[str, Future[None]] = {}
+        self._refused: Counter[str] = Counter()  # partitionings a change made in their time spoiled
         self._lock = threading.Lock()
 
     def user_view(self, user_id: str) -> UserVectors | None:
@@ -65,7 +68,7 @@ class UserViews:
             entry = self._load(user_id)
         if entry is not None and entry.wants_partitions:
             with self._lock:
-                if user_id not in self._partitioning:
+                if user_id not in self._partitioning and self._refused[user_id] < PARTITION_TRIES:
                     self._partitioning[user_id] = self._partitioner.submit(self._partition, user_id)
         return entry
 
@@ -76,7 +79,9 @@ class UserViews:
             revision = self.vector_cache.revision(user_id)
             entry = self.vector_cache.get(user_id)
             if entry is not None and entry.wants_partitions:
-                self.vector_cache.replace(user_id, entry, entry.partitioned(), revision)
+                if not self.vector_cache.replace(user_id, entry, entry.partitioned(), revision):
+                    with self._lock:
+                        self._refused[user_id] += 1
         except Exception:  # the user stays searched exactly
             log.exception("partitioning the vectors of a user failed")
         finally:
@@ -107,6 +112,8 @@ class UserViews:
         data = read_again_if_dropped(read)
         if data is None:
             return None
+        with self._lock:  # rows read afresh: their partitioning may be tried again
+            self._refused.pop(user_id, None)
         columns = head_arrays(data)
         columns["asks"] = asks(data)
         columns["alone"] = alone(data)
@@ -125,8 +132,8 @@ class UserViews:
 
         Addresses are hints: a compaction or a rewrite moves rows, and a read by address then
         misses them (a row deleted or in a fragment gone is not returned). A row found by id
-        tells where it is now; one that had moved means others have too, and the user's
-        addresses are read again (their ids and addresses only).
+        tells where it is now; when every row asked by address had moved (a compaction moves
+        them all), the user's addresses are read again (their ids and addresses only).
         """
         table = self._tables.records
         if table is None or not ids:
@@ -145,9 +152,9 @@ class UserViews:
             return rows
         more = self._tables.read(table, sql(RecordFilter(user_id, ids=tuple(rest))), columns, row_addresses=True)
         found = dict(zip(more.column("id").to_pylist(), more.column("_rowaddr").to_pylist(), strict=True))
-        if entry is not None and any(rid in at for rid in found):
+        if entry is not None and at and all(rid in found for rid in at):  # all moved: a compaction
             self.place(user_id)
-        elif entry is not None and found:  # written since the user was read
+        elif entry is not None and found:  # written or rewritten since the user was read
             self.vector_cache.place(user_id, found)
         return rows + more.drop_columns(["_rowaddr"]).to_pylist()
 
