@@ -10,17 +10,16 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
-from cachetools import LRUCache
 
 from mnemoplan.extract.names import entity_key, extract_names
 from mnemoplan.extract.times import find_times
 from mnemoplan.model import AnswerType, EntityRef, QueryAnalysis, TimeWindow
 
-ALIAS_MAPS = 1_024  # users whose alias maps stay built (as many as the store holds catalogs of)
 
 _SMALLTALK_WORDS = frozenset(
     """
@@ -165,26 +164,28 @@ class QueryAnalyzer:
 
     def __init__(self, catalog: Callable[[str], Catalog]) -> None:
         self._catalog = catalog
-        # Per user: the catalog a map was built from, its version then, and the map. A rebuilt
-        # catalog (after a forget) is a new object whose version restarts, so both are compared.
-        # Bounded: a map holds its catalog, which the store may have dropped for other users.
-        self._aliases: LRUCache[str, tuple[Catalog, int, dict[str, str]]] = LRUCache(ALIAS_MAPS)
-        self._held = threading.Lock()  # an LRU's read reorders it
+        # Per catalog: its version when the map was built, and the map. A map lives as long as
+        # its catalog: an LRU of maps by user held the catalogs the store had let go of (a
+        # thousand users' on the million store, 435 MB). A rebuilt catalog (after a forget) is
+        # a new object.
+        self._aliases: weakref.WeakKeyDictionary[Catalog, tuple[int, dict[str, str]]]
+        self._aliases = weakref.WeakKeyDictionary()
+        self._held = threading.Lock()
 
     def _alias_map(self, user_id: str) -> tuple[Catalog, dict[str, str]]:
         """alias key -> entity key, rebuilt when the catalog changes."""
         catalog = self._catalog(user_id)
         with self._held:
-            cached = self._aliases.get(user_id)
-        if cached is not None and cached[0] is catalog and cached[1] == catalog.version:
-            return catalog, cached[2]
+            cached = self._aliases.get(catalog)
+        if cached is not None and cached[0] == catalog.version:
+            return catalog, cached[1]
         mapping: dict[str, str] = {}
         for key, info in catalog.entities.items():
             mapping.setdefault(key, key)
             for surface in info.aliases:
                 mapping.setdefault(entity_key(surface), key)
         with self._held:
-            self._aliases[user_id] = (catalog, catalog.version, mapping)
+            self._aliases[catalog] = (catalog.version, mapping)
         return catalog, mapping
 
     def resolve_entities(self, query: str, user_id: str) -> list[EntityRef]:

@@ -9,12 +9,11 @@ current as records are added and deleted. With it, which records mention each en
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
-from cachetools import LRUCache
 
 from mnemoplan.model import EntityMention
 from mnemoplan.storage.log.schema import mention_counts
@@ -80,10 +79,15 @@ class EntityCatalog:
         self._types: dict[str, dict[str, int]] = {}
         self._mentions: dict[str, int] = {}
         self._spoke: dict[str, int] = {}
-        self.entities: Mapping[str, EntityInfo] = _Entities(self)
         self.version = 0
         self.upto = 0  # the last record (by seq) counted
         self.mentions: MentionIndex | None = None  # None: not read (a catalog built from counts alone)
+
+    @property
+    def entities(self) -> Mapping[str, EntityInfo]:
+        """Known entities by key (a view: made per use, so a catalog is in no reference cycle and
+        goes as soon as the store lets go of it)."""
+        return _Entities(self)
 
     def _count(self, key: str, name: str, type_: str, role: str, n: int) -> None:
         surfaces = self._surfaces.setdefault(key, {})
@@ -172,26 +176,25 @@ class CatalogCache:
 
     def __init__(self, loader: Callable[[str], EntityCatalog], entities: int = 262_144) -> None:
         self._loader = loader
-        # The least recently used go once the catalogs held count ``entities`` (a user's as
-        # counted when it was put: a user with none counts one; one with more than all holds
-        # the cache alone).
-        self._catalogs: LRUCache[str, EntityCatalog] = LRUCache(
-            entities, getsizeof=lambda catalog: min(entities, max(1, len(catalog.entities)))
-        )
+        # Least recently used first; they go once the catalogs held weigh more than ``entities``
+        # (``weight``, counted again as a catalog grows: cachetools' sizes are fixed when set).
+        self._catalogs: OrderedDict[str, EntityCatalog] = OrderedDict()
+        self._weights: dict[str, int] = {}
+        self._bound, self._held = entities, 0
         self._lock = threading.Lock()  # one load at a time
-        self._state = threading.Lock()  # a leaf lock over _catalogs and _changes
+        self._state = threading.Lock()  # a leaf lock over _catalogs, _weights and _changes
         self._changes: Counter[str] = Counter()  # writes and invalidations per user
 
     def get(self, user_id: str) -> EntityCatalog:
         """The user's catalog, built from the log the first time (and again after it was dropped
         for users used more recently)."""
         with self._state:
-            catalog = self._catalogs.get(user_id)
+            catalog = self._held_catalog(user_id)
         if catalog is not None:
             return catalog
         with self._lock:
             with self._state:
-                catalog = self._catalogs.get(user_id)
+                catalog = self._held_catalog(user_id)
             if catalog is not None:
                 return catalog
             for _ in range(3):
@@ -200,7 +203,7 @@ class CatalogCache:
                 catalog = self._loader(user_id)
                 with self._state:
                     if self._changes[user_id] == seen:
-                        self._catalogs[user_id] = catalog
+                        self._hold(user_id, catalog)
                         return catalog
             return catalog  # still changing: this read serves the call, the next use reads again
 
@@ -214,23 +217,24 @@ class CatalogCache:
         user's records changed since ``changes`` gave ``seen``, before they were read."""
         with self._state:
             if self._changes[user_id] == seen:
-                self._catalogs[user_id] = catalog
+                self._hold(user_id, catalog)
 
     def add(self, user_id: str, mentions: list[EntityMention], seq: int, record_id: str = "") -> None:
         """Update a loaded catalog with a new record's mentions (unloaded ones load later), unless
         the catalog was read from the log after the record reached it."""
         with self._state:
             self._changes[user_id] += 1
-            catalog = self._catalogs.get(user_id)
+            catalog = self._held_catalog(user_id)
             if catalog is not None and seq > catalog.upto:
                 catalog.upto = seq
                 if mentions:
                     catalog.add(mentions, record_id, seq)
+                    self._hold(user_id, catalog)  # weighed again
 
     def peek(self, user_id: str) -> EntityCatalog | None:
         """The user's catalog if it is loaded (none is loaded)."""
         with self._state:
-            return self._catalogs.get(user_id)
+            return self._held_catalog(user_id)
 
     def remove(self, user_id: str, mentions: list[EntityMention], before: EntityCatalog | None,
                ids: Iterable[str]) -> None:  # fmt: skip
@@ -239,14 +243,44 @@ class CatalogCache:
         may or may not have held them) is dropped, and so is a load in flight."""
         with self._state:
             self._changes[user_id] += 1
-            catalog = self._catalogs.get(user_id)
+            catalog = self._held_catalog(user_id)
             if catalog is not None and catalog is before:
-                self._catalogs[user_id] = catalog.without(mentions, ids)
+                self._hold(user_id, catalog.without(mentions, ids))
             else:
-                self._catalogs.pop(user_id, None)
+                self._drop(user_id)
+
+    @staticmethod
+    def weight(catalog: EntityCatalog) -> int:
+        """What a catalog counts against the bound: its entities, and a mention held in its
+        ``MentionIndex`` an eighth of one (~30 bytes against ~230); one at least."""
+        mentions = len(catalog.mentions) if catalog.mentions is not None else 0
+        return max(1, len(catalog.entities) + mentions // 8)
+
+    def _held_catalog(self, user_id: str) -> EntityCatalog | None:
+        """Under ``_state``: the user's catalog if held, now the most recently used."""
+        catalog = self._catalogs.get(user_id)
+        if catalog is not None:
+            self._catalogs.move_to_end(user_id)
+        return catalog
+
+    def _hold(self, user_id: str, catalog: EntityCatalog) -> None:
+        """Under ``_state``: hold (or weigh again) a user's catalog, then drop the least recently
+        used others past the bound (one alone past it stays)."""
+        self._catalogs[user_id] = catalog
+        self._catalogs.move_to_end(user_id)
+        weight = self.weight(catalog)
+        self._held += weight - self._weights.get(user_id, 0)
+        self._weights[user_id] = weight
+        while self._held > self._bound and len(self._catalogs) > 1:
+            self._drop(next(iter(self._catalogs)))
+
+    def _drop(self, user_id: str) -> None:
+        """Under ``_state``: let go of a user's catalog."""
+        self._catalogs.pop(user_id, None)
+        self._held -= self._weights.pop(user_id, 0)
 
     def invalidate(self, user_id: str) -> None:
         """Drop a user's catalog; the next use rebuilds it from the log."""
         with self._state:
             self._changes[user_id] += 1
-            self._catalogs.pop(user_id, None)
+            self._drop(user_id)

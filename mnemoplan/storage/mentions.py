@@ -89,6 +89,10 @@ class MentionIndex:
         out._role_names = roles.dictionary.to_pylist()
         return out
 
+    def __len__(self) -> int:
+        """Mentions held (those of records deleted since included)."""
+        return len(self._rows) + len(self._tail)
+
     def add(self, record_id: str, seq: int, mentions: Iterable[EntityMention]) -> None:
         """A record written since the index was read."""
         self._tail.extend((seq, record_id, m.key, m.role or "mention") for m in mentions)
