@@ -5,6 +5,7 @@ from __future__ import annotations
 from mnemoplan.search.base import Hit, SearchIndex, SearchRequest, kinds_param, query_param, top_k_param
 from mnemoplan.model import IndexDescriptor, ParamSpec
 from mnemoplan.model.scope import RecordFilter
+from mnemoplan.storage.log.partitions import PARTITION_ROWS
 from mnemoplan.storage.log.table import LanceLog
 
 QUERY_PARAMS = [
@@ -25,7 +26,9 @@ class SemanticIndex(SearchIndex):
         name="semantic",
         description="Dense similarity between the query and each memory (all-MiniLM-L6-v2 embeddings; "
         "a message's vector also leans towards the turn before it).",
-        stores="One 384-d vector per record: messages, facts, procedures and episode summaries.",
+        stores="One 384-d vector per record: messages, facts, procedures and episode summaries. A user "
+        f"of {PARTITION_ROWS:,} records or more is searched in the groups of vectors nearest the query, "
+        "not exhaustively.",
         best_for=["paraphrases and vague wording", "questions whose words differ from the memory's words"],
         query_params=QUERY_PARAMS,
         returns="Records with cosine similarity in [-1, 1].",

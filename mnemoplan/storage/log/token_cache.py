@@ -30,7 +30,7 @@ from mnemoplan.inference.token_vectors import DIM, project
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.log.filters import mask
 from mnemoplan.storage.log.schema import KIND_CODES
-from mnemoplan.storage.log.vector_cache import UserCache
+from mnemoplan.storage.log.user_cache import UserCache
 
 _MAGIC = b"T1"
 _PARTS = b"T2"  # a memory scored from other memories' tokens: their ids follow
