@@ -1563,6 +1563,26 @@ def test_a_large_user_is_partitioned_in_the_background_and_keeps_the_rows_writte
     assert held is not None and held.partitions is not None
     assert log.vector_search(RecordFilter("u"), vectors[7], 1)[0][0] == rec(7).id
 
+    tries: list[int] = []
+    log.vector_cache.invalidate("u")  # read again: partitioned again
+    monkeypatch.setattr(log.vector_cache, "replace", lambda *args: tries.append(1) or False)  # an append came last
+    for _ in range(5):
+        log.user_view("u")
+        log.views.settle()
+    assert len(tries) == 5  # none counted against the user: each search tries again
+
+    def spoiled(*args: Any) -> bool:
+        tries.append(1)
+        log.vector_cache.drop_rows("u", [])  # a change other than an append, meanwhile
+        return False
+
+    tries.clear()
+    monkeypatch.setattr(log.vector_cache, "replace", spoiled)
+    for _ in range(5):
+        log.user_view("u")
+        log.views.settle()
+    assert len(tries) == 3  # PARTITION_TRIES, until the user is read again
+
     cache = vector_cache.VectorCache()
     plain = UserVectors.build([r.id for r in map(rec, range(300))], vectors[:300], {"seq": list(range(300))})
     cache.put("u", plain, cache.generation("u"))

@@ -15,11 +15,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
-
 from mnemoplan.extract.names import entity_key, extract_names
 from mnemoplan.extract.times import find_times
 from mnemoplan.model import AnswerType, EntityRef, QueryAnalysis, TimeWindow
-
 
 _SMALLTALK_WORDS = frozenset(
     """
@@ -177,7 +175,8 @@ class QueryAnalyzer:
         catalog = self._catalog(user_id)
         with self._held:
             cached = self._aliases.get(catalog)
-        if cached is not None and cached[0] == catalog.version:
+        version = catalog.version  # before the walk: a write meanwhile makes the next call build again
+        if cached is not None and cached[0] == version:
             return catalog, cached[1]
         mapping: dict[str, str] = {}
         for key, info in catalog.entities.items():
@@ -185,7 +184,7 @@ class QueryAnalyzer:
             for surface in info.aliases:
                 mapping.setdefault(entity_key(surface), key)
         with self._held:
-            self._aliases[catalog] = (catalog.version, mapping)
+            self._aliases[catalog] = (version, mapping)
         return catalog, mapping
 
     def resolve_entities(self, query: str, user_id: str) -> list[EntityRef]:

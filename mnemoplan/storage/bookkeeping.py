@@ -22,9 +22,10 @@ LastTurn = tuple[Record, np.ndarray]
 # is bounded by the users it serves at once, not by every user it ever served.
 USERS_HELD = 1_024
 SESSIONS_HELD = 8_192
-# Entities of the catalogs held, across users: a thousand users' catalogs took 435 MB on the
-# million store (~830k entities, ~520 bytes each with the user's mention index; a user of 1k
-# records holds 60-2,400 of them), and one read again takes 10-40 ms (bench/README.md).
+# Entities of the catalogs held across users, an eighth of their mentions too (``CatalogCache.weight``):
+# a thousand users' catalogs took 435 MB on the million store (~830k entities, ~520 bytes each
+# with the user's mention index; a user of 1k records holds 60-2,400 of them), and one read
+# again takes 10-40 ms (bench/README.md).
 CATALOG_ENTITIES = 262_144
 
 

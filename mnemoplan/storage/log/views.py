@@ -37,7 +37,7 @@ from mnemoplan.storage.log.token_cache import TokenBlock, TokenCache
 from mnemoplan.storage.log.vector_cache import UserVectors, VectorCache
 
 log = logging.getLogger(__name__)
-PARTITION_TRIES = 3  # a user changed (not only appended to) during each gets no more until read again
+PARTITION_TRIES = 3  # a user changed (not only appended to) during each, or failing, gets no more until read again
 
 
 class UserViews:
@@ -75,16 +75,21 @@ class UserViews:
     def _partition(self, user_id: str) -> None:
         """Replace a held user's rows by the same rows in partitions, with those written meanwhile;
         unless they changed otherwise (the next search asks again)."""
+        spoiled = False
         try:
             revision = self.vector_cache.revision(user_id)
             entry = self.vector_cache.get(user_id)
             if entry is not None and entry.wants_partitions:
-                if not self.vector_cache.replace(user_id, entry, entry.partitioned(), revision):
-                    with self._lock:
-                        self._refused[user_id] += 1
+                held = self.vector_cache.replace(user_id, entry, entry.partitioned(), revision)
+                # Refused for a write's append in the last moment: not a try spoiled, the next one may hold.
+                spoiled = not held and self.vector_cache.revision(user_id) != revision
         except Exception:  # the user stays searched exactly
+            spoiled = True
             log.exception("partitioning the vectors of a user failed")
         finally:
+            if spoiled:
+                with self._lock:
+                    self._refused[user_id] += 1
             with self._lock:
                 self._partitioning.pop(user_id, None)
 
