@@ -274,11 +274,9 @@ class UserVectors:
         """A snapshot whose rows are where ``found`` says (``{id: _rowaddr}``, read since). With
         ``every``, ``found`` holds every row there is, and the rows it lacks become ``NO_ADDRESS``;
         else the others keep theirs."""
-        rows = self._row_map()
         addresses = np.full(len(self.ids), NO_ADDRESS, dtype=np.int64) if every else self.addresses.copy()
         for rid, at in found.items():
-            i = rows.get(rid)
-            if i is not None and i < len(self.ids) and self.ids[i] == rid:
+            if (i := self.row(rid)) is not None:
                 addresses[i] = at
         return replace(self, addresses=addresses)
 

@@ -87,10 +87,9 @@ class UserViews:
             spoiled = True
             log.exception("partitioning the vectors of a user failed")
         finally:
-            if spoiled:
-                with self._lock:
-                    self._refused[user_id] += 1
             with self._lock:
+                if spoiled:
+                    self._refused[user_id] += 1
                 self._partitioning.pop(user_id, None)
 
     def settle(self) -> None:
@@ -145,12 +144,11 @@ class UserViews:
             return []
         entry = self.vector_cache.get(user_id)
         at = {} if entry is None else entry.addresses_of(ids)
-        asked = set(ids)
         rows: list[dict[str, Any]] = []
         if at:
             where = f"_rowaddr IN ({', '.join(str(a) for a in at.values())})"
             rows = [row for row in self._tables.read(table, where, columns).to_pylist()
-                    if row["user_id"] == user_id and row["id"] in asked]  # fmt: skip
+                    if row["user_id"] == user_id and row["id"] in at]  # fmt: skip
         got = {row["id"] for row in rows}
         rest = [rid for rid in ids if rid not in got]
         if not rest:
@@ -158,12 +156,12 @@ class UserViews:
         more = self._tables.read(table, sql(RecordFilter(user_id, ids=tuple(rest))), columns, row_addresses=True)
         found = dict(zip(more.column("id").to_pylist(), more.column("_rowaddr").to_pylist(), strict=True))
         if entry is not None and at and all(rid in found for rid in at):  # all moved: a compaction
-            self.place(user_id)
+            self._read_addresses(user_id)
         elif entry is not None and found:  # written or rewritten since the user was read
             self.vector_cache.place(user_id, found)
         return rows + more.drop_columns(["_rowaddr"]).to_pylist()
 
-    def place(self, user_id: str) -> None:
+    def _read_addresses(self, user_id: str) -> None:
         """Read where a held user's rows are in the log now: their ids and addresses only."""
         table = self._tables.records
         if table is None or self.vector_cache.get(user_id) is None:
