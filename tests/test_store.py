@@ -949,6 +949,16 @@ def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) ->
     assert on_disk(tmp_path, "HIDE200KK") == [] and log.count("user_id = 'u'") == 399
     assert held not in after and {k: v for k, v in before.items() if k != held}.items() <= after.items()  # the rest stayed
     assert log.get("u", [records[201].id])[records[201].id].text == "turn 201 marker HIDE201KK"
+    # Rows in several fragments: each of those rewritten (in one commit), the others left as they were.
+    rows = log.tables.records.search().where(f"id IN ('{records[10].id}', '{records[390].id}')").with_row_id(True)
+    held = {row >> 32 for row in rows.select([]).to_arrow().column("_rowid").to_pylist()}
+    assert len(held) == 2
+    log.delete([records[10].id, records[390].id], "u")
+    log.purge()
+    again = data_files()
+    assert on_disk(tmp_path, "HIDE10KK") == [] and on_disk(tmp_path, "HIDE390KK") == []
+    assert not held & again.keys() and {k: v for k, v in after.items() if k not in held}.items() <= again.items()
+    assert log.count("user_id = 'u'") == 397
 
 
 def _forty(log: object, marker: str, per_append: int = 40) -> list[Record]:
@@ -1005,6 +1015,12 @@ def test_a_purge_leaves_alone_the_fragments_marked_only_by_updates_of_kept_recor
     log.purge([gone.id])
     assert on_disk(tmp_path, "HIDE30KK") == [] and on_disk(tmp_path, "HIDE31KK")
     assert files()[updated] == before[updated]  # not rewritten
+    assert log.get("u", [kept.id])[kept.id].mention_count == 2
+    # What a fragment's marked rows hold is kept from one purge to the next; a delete since
+    # writes the fragment another deletion file, read again.
+    log.delete([records[2].id], "u")
+    log.purge([records[2].id])
+    assert on_disk(tmp_path, "HIDE2KK") == [] and on_disk(tmp_path, "HIDE3KK") and updated not in files()
     assert log.get("u", [kept.id])[kept.id].mention_count == 2
 
 
