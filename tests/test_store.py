@@ -918,6 +918,20 @@ def test_the_vector_index_is_kept_only_while_a_user_is_too_large_to_search_in_me
     assert "vector_idx" not in {i.name for i in log.tables.records.list_indices()}
 
 
+def test_maintenance_keeps_the_b_trees_reads_use_and_drops_an_earlier_versions_others(tmp_path: Path) -> None:
+    """Every read names a user or ids; each B-tree costs every purge a remap of the whole index."""
+    from lancedb.index import BTree
+
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log", ann_min_rows=100)
+    _forty(log, "t")
+    log.tables.records.create_index("session_id", config=BTree(), name="session_id_idx")  # as an earlier version did
+    log.maintain()
+    assert {i.name for i in log.tables.records.list_indices()} == {"id_idx", "user_id_idx"}
+    assert log.count("user_id = 'u' AND session_id = 's'") == 40
+
+
 def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) -> None:
     """Compaction keeps fragments small, so forgetting one row rewrites one small fragment, not the log."""
     import numpy as np

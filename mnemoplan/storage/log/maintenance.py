@@ -32,7 +32,7 @@ from lancedb.index import BTree, HnswSq
 from lancedb.table import LanceTable
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from mnemoplan.storage.log.schema import SCALAR_COLUMNS
+from mnemoplan.storage.log.schema import SCALAR_COLUMNS, UNUSED_SCALAR_INDEXES
 from mnemoplan.storage.log.tables import LogTables
 
 OLD_VERSIONS_KEPT = timedelta(minutes=5)  # past this, maintenance deletes superseded versions
@@ -298,6 +298,8 @@ class Maintenance:
             for column in SCALAR_COLUMNS:
                 if f"{column}_idx" not in names:
                     table.create_index(column, config=BTree(), name=f"{column}_idx")
+        for name in names.intersection(UNUSED_SCALAR_INDEXES):
+            table.drop_index(name)
         wanted = self._wants_vector_index(table, rows)
         if wanted and "vector_idx" not in names:
             table.create_index("vector", config=HnswSq(distance_type="cosine"), name="vector_idx")
