@@ -83,7 +83,7 @@ class Maintenance:
         self.rewrite_lock = threading.RLock()
         self._maintained = path / "maintenance.json"  # small fragments the last maintenance left
         # Of the records' fragments with a deletion file: its path, and what its marked rows link
-        # to (``_marked_links``). Only purges use it, under the maintenance lock.
+        # to (``_marked_links``). Only purges use it, one at a time.
         self._marked: dict[int, tuple[str, np.ndarray]] = {}
 
     # -- purge -----------------------------------------------------------------------------
@@ -134,7 +134,7 @@ class Maintenance:
         wanted = np.fromiter((hash(i) for i in ids), np.int64, len(ids))
         holding = [f.fragment_id for f in marked if np.isin(self._marked_links(dataset, f), wanted).any()]
         for gone in self._marked.keys() - {f.fragment_id for f in marked}:  # rewritten, or every row deleted
-            del self._marked[gone]
+            self._marked.pop(gone, None)
         return holding
 
     def _marked_links(self, dataset: Any, fragment: Any) -> np.ndarray:
