@@ -924,12 +924,18 @@ def test_maintenance_keeps_the_b_trees_reads_use_and_drops_an_earlier_versions_o
 
     from mnemoplan.storage.log.table import LanceLog
 
-    log = LanceLog(tmp_path / "log", ann_min_rows=100)
-    _forty(log, "t")
+    log = LanceLog(tmp_path / "log", ann_min_rows=100, fragment_rows=16)
+    records = _forty(log, "t", per_append=16)  # three fragments: 16, 16, 8 rows
     log.tables.records.create_index("session_id", config=BTree(), name="session_id_idx")  # as an earlier version did
     log.maintain()
     assert {i.name for i in log.tables.records.list_indices()} == {"id_idx", "user_id_idx"}
     assert log.count("user_id = 'u' AND session_id = 's'") == 40
+    # Not yet dropped by maintenance when a purge leaves it holding a fragment deleted whole: dropped then.
+    log.tables.records.create_index("session_id", config=BTree(), name="session_id_idx")
+    last = [r.id for r in records[32:]]
+    log.delete(last, "u")
+    log.purge(last)
+    assert {i.name for i in log.tables.records.list_indices()} == {"id_idx", "user_id_idx"}
 
 
 def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) -> None:
@@ -968,7 +974,7 @@ def test_a_purge_rewrites_only_the_fragment_that_held_the_row(tmp_path: Path) ->
     held = {row >> 32 for row in rows.select([]).to_arrow().column("_rowid").to_pylist()}
     assert len(held) == 2
     log.delete([records[10].id, records[390].id], "u")
-    log.purge()
+    log.purge([records[10].id, records[390].id])
     again = data_files()
     assert on_disk(tmp_path, "HIDE10KK") == [] and on_disk(tmp_path, "HIDE390KK") == []
     assert not held & again.keys() and {k: v for k, v in after.items() if k not in held}.items() <= again.items()
@@ -989,6 +995,34 @@ def _forty(log: object, marker: str, per_append: int = 40) -> list[Record]:
                 vectors[start : start + per_append])  # fmt: skip
     log.maintain()  # type: ignore[attr-defined]
     return records
+
+
+def test_a_purge_whose_one_commit_keeps_losing_rewrites_its_fragments_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a shared log another server's writes to any of a purge's fragments preempt the one
+    commit of them all; each alone may still win."""
+    from lance.commit import CommitConflictError
+
+    from mnemoplan.storage.log.maintenance import Maintenance
+    from mnemoplan.storage.log.table import LanceLog
+
+    log = LanceLog(tmp_path / "log", fragment_rows=16)
+    records = _forty(log, "p", per_append=16)  # three fragments: 16, 16, 8 rows
+    real, asked = Maintenance._rewrite_fragments, []
+
+    def preempted(self: Maintenance, table: Any, wanted: list[int]) -> None:
+        asked.append(len(wanted))
+        if len(wanted) > 1:
+            raise CommitConflictError("preempted by concurrent transaction Delete")
+        real(self, table, wanted)
+
+    monkeypatch.setattr(Maintenance, "_rewrite_fragments", preempted)
+    gone = [records[3].id, records[20].id]
+    log.delete(gone, "u")
+    log.purge(gone)
+    assert asked == [2, 1, 1]
+    assert on_disk(tmp_path, "HIDE3KK") == [] and on_disk(tmp_path, "HIDE20KK") == [] and on_disk(tmp_path, "HIDE4KK")
 
 
 def test_a_purge_rewrites_where_a_merge_left_the_old_copy(tmp_path: Path) -> None:
