@@ -908,8 +908,14 @@ def test_the_vector_index_is_kept_only_while_a_user_is_too_large_to_search_in_me
     add(log, "b", 140, 140)
     log.maintain()  # 280 rows, past ann_min_rows, but each user fits in memory
     assert not log.needs_vector_index() and "vector_idx" not in {i.name for i in log.tables.records.list_indices()}
-    add(log, "a", 280, 20)  # a: 160 records
-    assert log.needs_vector_index()
+    table, scans = log.tables.records, []
+    search = table.search
+    table.search = lambda *a, **k: scans.append(1) or search(*a, **k)  # type: ignore[method-assign]
+    assert not log.needs_vector_index() and not scans  # nothing written since the users were counted
+    add(log, "b", 280, 5)  # b: 145 records, a: 140; 5 rows more could not take anyone past 150
+    assert not log.needs_vector_index() and not scans
+    add(log, "a", 285, 15)  # a: 155 records
+    assert log.needs_vector_index() and scans  # counted again
     log.maintain()
     assert not log.needs_vector_index() and "vector_idx" in {i.name for i in log.tables.records.list_indices()}
     assert log.vector_search(RecordFilter("a"), vectors[5], 1)[0][0] == f"a0005{'c' * 27}"

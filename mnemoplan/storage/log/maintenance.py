@@ -85,6 +85,9 @@ class Maintenance:
         # Of the records' fragments with a deletion file: its path, and what its marked rows link
         # to (``_marked_links``). Only purges use it, one at a time.
         self._marked: dict[int, tuple[str, np.ndarray]] = {}
+        # The largest user's rows and the newest fragment when they were last counted (reading
+        # every row's user took 0.4-0.5 s of CPU on a log of 1.6M rows, at every maintenance).
+        self._counted: tuple[int, int] | None = None
 
     # -- purge -----------------------------------------------------------------------------
 
@@ -343,8 +346,17 @@ class Maintenance:
             return False
         if self._ann_user_rows <= 0:
             return True
+        fragments = table.to_lance().get_fragments()
+        if self._counted is not None:
+            largest, last = self._counted
+            # Every row written since (appended, updated or compacted: each in a fragment newer
+            # than those counted, on this server or another) given to the largest user: not enough.
+            if largest + sum(f.physical_rows for f in fragments if f.fragment_id > last) <= self._ann_user_rows:
+                return False
         users = table.search().select(["user_id"]).limit(None).to_arrow().column("user_id")
-        return bool(len(users)) and int(pc.max(pc.value_counts(users).field("counts")).as_py()) > self._ann_user_rows
+        largest = int(pc.max(pc.value_counts(users).field("counts")).as_py()) if len(users) else 0
+        self._counted = (largest, max((f.fragment_id for f in fragments), default=-1))
+        return largest > self._ann_user_rows
 
     def small_fragments(self) -> int:
         """How many small fragments the log holds (each small append or update leaves one)."""
