@@ -189,8 +189,9 @@ class Maintenance:
     def _drop_index_copies(self, table: LanceTable) -> None:
         """Drop what the indexes keep of fragments that are gone. A delete of every row of a
         fragment drops the fragment at once, with nothing to rewrite, and Lance leaves its
-        rows in the indexes (ids and session ids in the B-trees' pages, vectors in the vector
-        index) until they are built again: a B-tree is rebuilt (quickly); the vector index
+        rows in the indexes (ids and users in the B-trees' pages, vectors in the vector index)
+        until they are built again: a B-tree is rebuilt (quickly), one an earlier version built
+        on another column dropped (``UNUSED_SCALAR_INDEXES``); the vector index
         (slow to build on a large log) is dropped, for the next ``maintain`` to build again.
         Meanwhile vector search scans exactly; it only serves users too large to hold in memory.
         Updates and deletes go on meanwhile: Lance commits an index built beside them, and
@@ -221,7 +222,7 @@ class Maintenance:
             if not chosen:
                 return  # every row of them deleted, or rewritten since (their deletions materialised)
             sizes = self._sizes()
-            # A fragment written again whole, not as one and a sliver left alone
+            # A fragment written again whole, not as one and a sliver left alone.
             fits = [f.physical_rows for f in chosen if f.physical_rows <= 2 * self._fragment_rows]
             sizes["target_rows_per_fragment"] = max([self._fragment_rows, *fits])
             keep = {f.fragment_id for f in chosen}
