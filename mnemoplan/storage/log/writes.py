@@ -167,7 +167,7 @@ class LogWriter:
         self, ids_to_vectors: dict[str, tuple[str, np.ndarray]], user_id: str | None = None
     ) -> None:
         """Set ``prev_id`` and the search vector of some records (after a neighbour was forgotten),
-        in one merge (an update per record took twice as long, its vector written out as SQL).
+        in one merge (an update per record, its vector written out as SQL, took up to twice as long).
         Naming their user patches their rows in memory (before and after, as ``_changing`` drops
         records) instead of dropping every user's vectors; the tokens do not change."""
         with self._changing(list(ids_to_vectors), vectors=user_id is None, user_id=user_id):
