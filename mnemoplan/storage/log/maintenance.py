@@ -190,9 +190,9 @@ class Maintenance:
         """Drop what the indexes keep of fragments that are gone. A delete of every row of a
         fragment drops the fragment at once, with nothing to rewrite, and Lance leaves its
         rows in the indexes (ids and users in the B-trees' pages, vectors in the vector index)
-        until they are built again: a B-tree is rebuilt (quickly), one an earlier version built
-        on another column dropped (``UNUSED_SCALAR_INDEXES``); the vector index
-        (slow to build on a large log) is dropped, for the next ``maintain`` to build again.
+        until they are built again: a B-tree reads use is rebuilt (quickly); the vector index
+        (slow to build on a large log) is dropped, for the next ``maintain`` to build again, and
+        so is a B-tree an earlier version built on another column (``UNUSED_SCALAR_INDEXES``).
         Meanwhile vector search scans exactly; it only serves users too large to hold in memory.
         Updates and deletes go on meanwhile: Lance commits an index built beside them, and
         them beside it (none of 600 failed beside 762 rebuilds)."""
@@ -202,9 +202,7 @@ class Maintenance:
         for column in SCALAR_COLUMNS:
             if f"{column}_idx" in stale:
                 self._commit(lambda c=column: table.create_index(c, config=BTree(), name=f"{c}_idx", replace=True))
-        if "vector_idx" in stale:
-            table.drop_index("vector_idx")
-        for name in stale.intersection(UNUSED_SCALAR_INDEXES):  # an earlier version's, not yet dropped by maintenance
+        for name in stale.intersection({"vector_idx", *UNUSED_SCALAR_INDEXES}):
             table.drop_index(name)
 
     def _rewrite_fragments(self, table: LanceTable, wanted: list[int]) -> None:
