@@ -3,6 +3,7 @@ store with the small test embedder."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import anyio
 from mcp import Client
 
 from mnemoplan.config import Settings
+from mnemoplan.model.scope import RecordFilter
 from mnemoplan.server import app as server_app
 from mnemoplan.server.app import FORGET_THREADS, create_app
 from mnemoplan.service.bootstrap import build_service
@@ -66,5 +68,51 @@ def test_recall_answers_while_more_forgets_than_worker_threads_wait_for_their_pu
                 assert "4821" in "".join(c.text for c in found.content)
                 assert not removed  # the recall came first: no purge could run yet
             assert len(removed) == waiting and min(removed) >= 1  # (a summary of the notes may go with one)
+
+    anyio.run(main)
+
+
+def test_remember_over_mcp_answers_once_accepted_while_the_log_is_busy(tmp_path: Path) -> None:
+    """The server's default: a ``remember`` without a progress token is answered once accepted,
+    not after the embedding and the log's append (which wait here for the store's write lock)."""
+    settings = Settings(data_dir=tmp_path / "data", embedding_model="hash", anthropic_api_key=None)
+    services: list[MemoryService] = []
+
+    def factory() -> MemoryService:
+        services.append(build_service(settings))
+        return services[-1]
+
+    app = create_app(settings, factory)
+    held, done = threading.Event(), threading.Event()
+
+    def hold_the_log(service: MemoryService) -> None:
+        with service.store.locks.write:  # no append reaches the log meanwhile
+            held.set()
+            # Stored before answering, the call would wait for this release: the bound turns
+            # that wait into a failed assertion below, not a hang.
+            done.wait(300)
+
+    async def main() -> None:
+        async with Client(app) as client:
+            await client.call_tool("remember", {"content": "The shed key is under the blue pot", "user_id": "u"})
+            service = services[0]
+            assert service.deferred is not None
+            service.deferred.wait(stored=True)
+            holder = threading.Thread(target=hold_the_log, args=(service,))
+            holder.start()
+            held.wait()
+            try:
+                result: Any = await client.call_tool(
+                    "remember", {"content": "The boat's spare fuel is in the red can", "user_id": "u"})
+                assert not result.is_error, result.content
+                rid = result.structured_content["ids"][0]
+                assert service.deferred.pending("u") == 1, "remember waited for the log"
+                found: Any = await client.call_tool("recall", {"query": "spare fuel for the boat", "user_id": "u"})
+                assert rid in [i["id"] for i in found.structured_content["items"]]  # found by its words
+            finally:
+                done.set()
+                holder.join()
+            service.deferred.wait("u", stored=True)
+            assert rid in service.store.log.ids(RecordFilter("u"))
 
     anyio.run(main)

@@ -241,18 +241,22 @@ def memory_tools() -> list[Tool]:
         say about themselves, their plans, people, decisions) or with facts you distilled. Pass
         `content` for one memory or `messages` for a conversation. A repeat is stored once."""
 
-        def progress(done: int, total: int) -> None:  # from the worker thread; a no-op unless the caller asked
+        def progress(done: int, total: int) -> None:  # from the worker thread
             try:
                 anyio.from_thread.run(ctx.report_progress, done, total, f"embedded {done} of {total} sentences")
             except Exception:  # a report that cannot be sent must not cost the memories
                 log.debug("a progress report could not be sent", exc_info=True)
+
+        # A caller that asks for progress (a progress token) waits for the embedding and hears of it;
+        # any other call is answered once accepted (``MemoryService.remember``, the server's default).
+        asked = (ctx.request_context.meta or {}).get("progress_token") is not None
 
         return await call_service(
             ctx,
             lambda s, user: s.remember(
                 content=content, messages=messages, user_id=user, session_id=session_id,
                 project_id=project_id, occurred_at=occurred_at, kind=kind, speaker=speaker, metadata=metadata,
-                flush=flush, progress=progress, fact=fact,
+                flush=flush, progress=progress if asked else None, fact=fact,
             ),  # fmt: skip
             user_id, write=True,
         )
