@@ -106,12 +106,14 @@ class _ArgumentsAsSent(FuncMetadata):
 
     def convert_result(self, result: Any) -> Any:
         """The SDK's result, with the text content a model should read (``render``) instead of the
-        structured content dumped again as indented JSON."""
-        converted = super().convert_result(result)
+        structured content dumped again as indented JSON (which the SDK would make, then this drop:
+        a few per cent of a loaded server's event loop)."""
         text = render_text(result)
-        if text is not None and isinstance(converted, CallToolResult) and not converted.is_error:
-            converted = converted.model_copy(update={"content": [TextContent(type="text", text=text)]})
-        return converted
+        model = self.output_model if self.output_schema is not None and not self.wrap_output else None
+        if text is None or not (isinstance(model, type) and issubclass(model, BaseModel) and isinstance(result, model)):
+            return super().convert_result(result)
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=result.model_dump(mode="json", by_alias=True))  # fmt: skip
 
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         fields = self.arg_model.model_fields
