@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mnemoplan.ingest.deferred import MAX_BATCH
 from mnemoplan.model import MessageIn, Record
 from mnemoplan.model.scope import RecordFilter
 from mnemoplan.storage.inbox import Inbox
@@ -55,6 +56,30 @@ def test_calls_are_stored_in_the_order_they_were_accepted(tmp_path: Path) -> Non
         seqs = [records[i].seq for i in ids]
         assert seqs == sorted(seqs)
         assert [records[i].prev_id for i in ids[1:]] == ids[:-1]  # each turn leans on the one before
+    finally:
+        service.close()
+
+
+def test_one_users_large_import_does_not_hold_up_another_users_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = make_service(tmp_path / "data", remember_in_background=True)
+    try:
+        order: list[tuple[str, int]] = []
+        real = service.ingestor.store_prepared
+
+        def store_prepared(user_id: str, fresh: list[Record], *args: Any, **kwargs: Any) -> Any:
+            order.append((user_id, len(fresh)))
+            return real(user_id, fresh, *args, **kwargs)
+
+        monkeypatch.setattr(service.ingestor, "store_prepared", store_prepared)
+        with service.store.locks.write:  # the worker takes the import's first batch, and waits here
+            for part in range(3):  # a batch each (a batch holds whole calls, up to MAX_BATCH records)
+                rows = [MessageIn(content=f"row {part}-{i} of the imported ledger: invoice {i} paid", speaker="user")
+                        for i in range(MAX_BATCH)]  # fmt: skip
+                service.remember(messages=rows, user_id="importer", session_id="import")
+            service.remember(content="Pick up the dry cleaning on Thursday", user_id="other")
+        assert service.deferred is not None
+        service.deferred.wait(stored=True)
+        assert order == [("importer", MAX_BATCH), ("other", 1), ("importer", MAX_BATCH), ("importer", MAX_BATCH)]
     finally:
         service.close()
 

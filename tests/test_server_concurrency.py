@@ -100,7 +100,7 @@ def test_remember_over_mcp_answers_once_accepted_while_the_log_is_busy(tmp_path:
             service.deferred.wait(stored=True)
             holder = threading.Thread(target=hold_the_log, args=(service,))
             holder.start()
-            held.wait()
+            assert held.wait(300), "the write lock was not taken"
             try:
                 result: Any = await client.call_tool(
                     "remember", {"content": "The boat's spare fuel is in the red can", "user_id": "u"})

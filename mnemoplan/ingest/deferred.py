@@ -244,9 +244,10 @@ class DeferredIngest:
                 log.exception("storing %d accepted message(s) failed; retried in the background",
                               sum(len(a.records) for a in batch))  # fmt: skip
                 self.failures.append(f"storing accepted messages failed ({type(exc).__name__}); retried")
-            if result is not None:  # before waiters hear of it: a forget of the user finds no file
-                for accepted in batch:
+            if result is not None:  # before waiters hear of it: a forget of the user finds no file,
+                for accepted in batch:  # and a remember with flush finds its messages noted
                     self.inbox.done(accepted)
+                self._tell_stored(user_id, batch, result)
             with self._cond:
                 queue = self._users[user_id]
                 queue.busy = False
@@ -257,18 +258,22 @@ class DeferredIngest:
                 else:
                     queue.waiting = queue.waiting[len(batch):]
                     queue.failures, queue.error, queue.retry_at = 0, "", 0.0
-                    if not queue.waiting:
-                        del self._users[user_id]
+                    del self._users[user_id]
+                    if queue.waiting:  # to the back: one user's large import does not hold up the others
+                        self._users[user_id] = queue
                 self._cond.notify_all()
-            if result is not None and self._stored is not None:
-                for accepted in batch:  # per call, so per session
-                    mine = {r.id for r in accepted.records}
-                    stored = [r for r in result.stored if r.id in mine]
-                    try:
-                        if stored:
-                            self._stored(user_id, accepted.session_id, stored)
-                    except Exception:
-                        log.exception("a listener of stored messages failed")
+
+    def _tell_stored(self, user_id: str, batch: list[Accepted], result: IngestResult) -> None:
+        if self._stored is None:
+            return
+        for accepted in batch:  # per call, so per session
+            mine = {r.id for r in accepted.records}
+            stored = [r for r in result.stored if r.id in mine]
+            try:
+                if stored:
+                    self._stored(user_id, accepted.session_id, stored)
+            except Exception:
+                log.exception("a listener of stored messages failed")
 
     def _store(self, user_id: str, batch: list[Accepted]) -> IngestResult:
         records = [r for a in batch for r in a.records]

@@ -18,7 +18,8 @@ class RememberResult(BaseModel):
     ids: list[str] = Field(description="One id per input, in order; a repeat gets the id already stored.")
     stored: int = Field(description="Records newly written.")
     duplicates: int = Field(description="Inputs already in memory, not stored again.")
-    derived: int = Field(0, description="Facts and other memories extracted from the input.")
+    derived: int = Field(0, description="Facts and other memories extracted from the input (0 when "
+                         "answered once accepted: they follow in the background).")
     warnings: list[str] = Field(default_factory=list)
 
 
