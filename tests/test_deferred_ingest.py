@@ -84,6 +84,38 @@ def test_one_users_large_import_does_not_hold_up_another_users_note(tmp_path: Pa
         service.close()
 
 
+def test_a_slow_accept_of_one_user_holds_up_no_other_users_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = make_service(tmp_path / "data", remember_in_background=True)
+    try:
+        real = service.ingestor.prepare
+        inside, release, prepared = threading.Event(), threading.Event(), threading.Event()
+
+        def prepare(user_id: str, *args: Any, **kwargs: Any) -> Any:
+            if user_id == "slow":  # as a first call of a large user, reading its ledger from the log
+                inside.set()
+                release.wait(300)  # the bound only ends a wait that should not happen
+                prepared.set()
+            return real(user_id, *args, **kwargs)
+
+        monkeypatch.setattr(service.ingestor, "prepare", prepare)
+        slow = threading.Thread(target=service.remember, kwargs={"content": "Note from the slow one", "user_id": "slow"})
+        slow.start()
+        try:
+            assert inside.wait(300)
+            other = service.remember(content="The plumber comes at nine on Monday", user_id="other")
+            found = service.recall("when does the plumber come", user_id="other")
+            assert not prepared.is_set(), "the other user's calls waited for the slow one"
+            assert other.ids[0] in [i.id for i in found.items]
+        finally:
+            release.set()
+            slow.join()
+        assert service.deferred is not None
+        service.deferred.wait(stored=True)
+        assert len(service.store.log.ids(RecordFilter("slow"))) == 1
+    finally:
+        service.close()
+
+
 def test_forget_reaches_a_message_still_waiting_to_be_stored(tmp_path: Path) -> None:
     service = make_service(tmp_path / "data", remember_in_background=True)
     try:

@@ -31,6 +31,7 @@ from mnemoplan.model.scope import RecordFilter, Scope
 from mnemoplan.storage.bm25 import BM25Doc
 from mnemoplan.storage.documents import bm25_doc
 from mnemoplan.storage.inbox import Accepted, Inbox
+from mnemoplan.storage.locks import KeyedLocks
 from mnemoplan.storage.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class DeferredIngest:
     ) -> None:
         self.store, self.ingestor, self.inbox = store, ingestor, inbox
         self._stored = stored
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # over the queues; held briefly (every recall reads what waits)
+        self._accepting = KeyedLocks()  # a user's calls accepted one at a time, in order
         self._users: dict[str, _UserQueue] = {}
         self._closed = False
         self.failures: list[str] = []
@@ -93,21 +95,26 @@ class DeferredIngest:
         Raises:
             OSError: The inbox could not be written (nothing was accepted).
         """
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the ingest queue is closed")
+        # Under the user's lock alone: telling repeats may read the user's ledger and catalog from
+        # the log (a first call of the user), and the inbox's file is synced; every recall, of any
+        # user, meanwhile reads what waits under the queues' lock.
+        with self._accepting.hold(user_id):
+            with self._cond:
+                if self._closed:
+                    raise RuntimeError("the ingest queue is closed")
             ids, fresh, duplicates = self.ingestor.prepare(user_id, memories, session_id, project_id, self)
             if fresh:
                 accepted = self.inbox.put(user_id, session_id, fresh)
-                self._users.setdefault(user_id, _UserQueue()).waiting.append(accepted)
-                self._cond.notify_all()
+                with self._cond:
+                    self._users.setdefault(user_id, _UserQueue()).waiting.append(accepted)
+                    self._cond.notify_all()
         return ids, duplicates
 
     def existing(self, user_id: str, session_id: str, hashes: list[str], sources: list[str]) -> dict[str, str]:
         """Ids waiting (or being stored), by content hash and by ``src:<source id>`` in the session."""
         wanted, srcs = set(hashes), set(sources)
         out: dict[str, str] = {}
-        for rec in self._waiting_records(user_id):
+        for rec in self.waiting(user_id):
             if rec.content_hash in wanted:
                 out.setdefault(rec.content_hash, rec.id)
             if rec.source_id in srcs and rec.session_id == session_id:
@@ -116,7 +123,7 @@ class DeferredIngest:
 
     def tail(self, user_id: str, session_id: str) -> list[tuple[str, str]]:
         """(content hash, id) of the session's waiting messages, oldest first."""
-        return [(r.content_hash, r.id) for r in self._waiting_records(user_id)
+        return [(r.content_hash, r.id) for r in self.waiting(user_id)
                 if r.session_id == session_id and r.kind == "message"]  # fmt: skip
 
     def _waiting_records(self, user_id: str) -> list[Record]:
@@ -173,19 +180,21 @@ class DeferredIngest:
 
     def drop(self, user_id: str) -> None:
         """A forget of the whole user: waiting calls of theirs are not stored (caller waits first
-        for any batch under way, see ``wait``)."""
-        with self._cond:
-            queue = self._users.get(user_id)
-            if queue is not None and not queue.busy:
-                del self._users[user_id]
-                self._cond.notify_all()
-        self.inbox.drop(user_id)
+        for any batch under way, see ``wait``); a call of theirs being accepted is let finish
+        first, and goes too."""
+        with self._accepting.hold(user_id):
+            with self._cond:
+                queue = self._users.get(user_id)
+                if queue is not None and not queue.busy:
+                    del self._users[user_id]
+                    self._cond.notify_all()
+            self.inbox.drop(user_id)
 
     def discard(self, user_id: str, keep: Callable[[Record], bool]) -> list[str]:
         """A forget of records that still wait (their store failed): those ``keep`` refuses are not
         stored, and leave the inbox. Returns their ids. The caller waited first (``wait``)."""
         gone: list[str] = []
-        with self._cond:
+        with self._accepting.hold(user_id), self._cond:
             queue = self._users.get(user_id)
             if queue is None or queue.busy:
                 return gone

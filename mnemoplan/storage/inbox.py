@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ class Inbox:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self._seq = 0
+        self._seq_lock = threading.Lock()  # calls of different users are accepted at once
 
     def put(self, user_id: str, session_id: str, records: list[Record]) -> Accepted:
         """Write one call's records durably (file synced, then renamed into place).
@@ -46,9 +48,11 @@ class Inbox:
         Raises:
             OSError: The disk could not take it (nothing was accepted).
         """
-        self._seq += 1
+        with self._seq_lock:
+            self._seq += 1
+            seq = self._seq
         # Names sort in acceptance order within a run, and runs apart by their start.
-        token = f"{self._seq:012d}-{uuid.uuid4().hex}"
+        token = f"{seq:012d}-{uuid.uuid4().hex}"
         data = {"user_id": user_id, "session_id": session_id,
                 "records": [r.model_dump(mode="json") for r in records]}  # fmt: skip
         tmp = self.path / f"{token}.tmp"
@@ -86,7 +90,8 @@ class Inbox:
                 log.warning("an unreadable accepted-message file was skipped: %s", path.name)
                 continue
             out.append(Accepted(data["user_id"], data.get("session_id", ""), records, path.stem))
-        self._seq = max(self._seq, len(out))
+        with self._seq_lock:
+            self._seq = max(self._seq, len(out))
         return out
 
     def drop(self, user_id: str) -> None:
