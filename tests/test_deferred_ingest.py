@@ -116,6 +116,40 @@ def test_a_slow_accept_of_one_user_holds_up_no_other_users_calls(tmp_path: Path,
         service.close()
 
 
+def test_close_stores_a_call_still_being_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    service = make_service(data, remember_in_background=True)
+    assert service.deferred is not None
+    inside, closing = threading.Event(), threading.Event()
+    real_prepare, real_wait_idle = service.ingestor.prepare, service.deferred._accepting.wait_idle
+
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        inside.set()
+        closing.wait(300)  # until close waits for this call (the bound only ends a wait that should not happen)
+        return real_prepare(*args, **kwargs)
+
+    def wait_idle() -> None:
+        closing.set()
+        real_wait_idle()
+
+    monkeypatch.setattr(service.ingestor, "prepare", prepare)
+    monkeypatch.setattr(service.deferred._accepting, "wait_idle", wait_idle)
+    answers: list[Any] = []
+    late = threading.Thread(target=lambda: answers.append(
+        service.remember(content="The spare key is with the neighbour at number 12", user_id="u")))
+    late.start()
+    assert inside.wait(300)  # past the check that refuses calls once closing
+    service.close()
+    late.join()
+    assert answers, "the call being accepted failed"
+    again = make_service(data, remember_in_background=True)
+    try:
+        assert again.store.log.ids(RecordFilter("u")) == answers[0].ids  # stored before the close ended
+        assert not list((data / "inbox").glob("*.json"))
+    finally:
+        again.close()
+
+
 def test_forget_reaches_a_message_still_waiting_to_be_stored(tmp_path: Path) -> None:
     service = make_service(tmp_path / "data", remember_in_background=True)
     try:

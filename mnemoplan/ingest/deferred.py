@@ -78,7 +78,8 @@ class DeferredIngest:
         self._cond = threading.Condition()  # over the queues; held briefly (every recall reads what waits)
         self._accepting = KeyedLocks()  # a user's calls accepted one at a time, in order
         self._users: dict[str, _UserQueue] = {}
-        self._closed = False
+        self._closed = False  # new calls refused
+        self._stopping = False  # the worker stops once nothing waits that may be stored now
         self.failures: list[str] = []
         self._worker = threading.Thread(target=self._run, name="mnemoplan-ingest", daemon=True)
         for accepted in inbox.left_over():  # acknowledged by an earlier run, never stored
@@ -220,7 +221,7 @@ class DeferredIngest:
         with self._cond:
             while True:
                 now = time.monotonic()
-                if self._closed and not any(q.ready(now) for q in self._users.values()):
+                if self._stopping and not any(q.ready(now) for q in self._users.values()):
                     return None  # closed, nothing left that may be stored now
                 if any(q.ready(now) for q in self._users.values()):
                     break
@@ -292,10 +293,14 @@ class DeferredIngest:
             return self.ingestor.store_prepared(user_id, fresh)
 
     def close(self) -> None:
-        """Store what waits, then stop the worker (what keeps failing stays in the inbox for the next start)."""
+        """Refuse new calls, store what waits (calls being accepted included), then stop the worker
+        (what keeps failing stays in the inbox for the next start)."""
+        with self._cond:
+            self._closed = True  # an accept checks this first
+        self._accepting.wait_idle()  # those past the check have joined the queue
         self.wait()
         with self._cond:
-            self._closed = True
+            self._stopping = True
             self._cond.notify_all()
         self._worker.join()
 
