@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 
 from mnemoplan.config import Settings
 from mnemoplan.model.scope import RecordFilter
@@ -26,7 +27,8 @@ def calls_in_threads() -> int:
     return sum(lim.statistics().borrowed_tokens + lim.statistics().tasks_waiting for lim in limiters)
 
 
-def test_recall_answers_while_more_forgets_than_worker_threads_wait_for_their_purge(tmp_path: Path) -> None:
+def app_keeping_services(tmp_path: Path) -> tuple[MCPServer, list[MemoryService]]:
+    """The server over a data directory in ``tmp_path``, and the services it builds (once started)."""
     settings = Settings(data_dir=tmp_path / "data", embedding_model="hash", anthropic_api_key=None)
     services: list[MemoryService] = []
 
@@ -34,7 +36,11 @@ def test_recall_answers_while_more_forgets_than_worker_threads_wait_for_their_pu
         services.append(build_service(settings))
         return services[-1]
 
-    app = create_app(settings, factory)
+    return create_app(settings, factory), services
+
+
+def test_recall_answers_while_more_forgets_than_worker_threads_wait_for_their_purge(tmp_path: Path) -> None:
+    app, services = app_keeping_services(tmp_path)
     waiting = WORKER_THREADS + 8
     assert FORGET_THREADS < waiting
 
@@ -75,14 +81,7 @@ def test_recall_answers_while_more_forgets_than_worker_threads_wait_for_their_pu
 def test_remember_over_mcp_answers_once_accepted_while_the_log_is_busy(tmp_path: Path) -> None:
     """The server's default: a ``remember`` without a progress token is answered once accepted,
     not after the embedding and the log's append (which wait here for the store's write lock)."""
-    settings = Settings(data_dir=tmp_path / "data", embedding_model="hash", anthropic_api_key=None)
-    services: list[MemoryService] = []
-
-    def factory() -> MemoryService:
-        services.append(build_service(settings))
-        return services[-1]
-
-    app = create_app(settings, factory)
+    app, services = app_keeping_services(tmp_path)
     held, done = threading.Event(), threading.Event()
 
     def hold_the_log(service: MemoryService) -> None:

@@ -190,7 +190,7 @@ class Maintenance:
         """Drop what the indexes keep of fragments that are gone. A delete of every row of a
         fragment drops the fragment at once, with nothing to rewrite, and Lance leaves its
         rows in the indexes (ids and users in the B-trees' pages, vectors in the vector index)
-        until they are built again: a B-tree reads use is rebuilt (quickly); the vector index
+        until they are built again: a B-tree the reads use is rebuilt (quickly); the vector index
         (slow to build on a large log) is dropped, for the next ``maintain`` to build again, and
         so is a B-tree an earlier version built on another column (``UNUSED_SCALAR_INDEXES``).
         Meanwhile vector search scans exactly; it only serves users too large to hold in memory.
